@@ -1,0 +1,188 @@
+// The machine's own limits, measured in the benchmark binary so that kernel rows can be read as a
+// share of them:
+//   peak/fma_f32/threads:<n>          counter flops: independent FMA chains on the widest ISA
+//   peak/read_bw/<shape>/threads:<n>  counter bytes_per_second: a streaming read of exactly the
+//                                     K/V bytes of that decode shape
+#include <benchmark/benchmark.h>
+#include <gated_attention/gated_attention.hpp>
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace ga = gated_attention;
+
+namespace {
+
+constexpr int kChains = 12;  // independent accumulators: latency 4 x 2 FMA ports, with margin
+constexpr std::int64_t kFmaIterations = 1 << 20;
+
+#if defined(__x86_64__) || defined(_M_X64)
+// Through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
+__attribute__((target("avx512f"))) float sum_lanes(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iterations) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return sum_lanes(sum);
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iterations) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  }
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+__attribute__((target("avx512f"))) float read_avx512(const float* p, std::int64_t n) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int c = 0; c < 4; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_loadu_ps(p + i + 16 * c));
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += p[i];
+  return sum_lanes(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))) +
+         tail;
+}
+#endif
+
+float fma_chains_scalar(std::int64_t iterations) {
+  float acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = static_cast<float>(c);
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
+  }
+  float total = 0;
+  for (float x : acc) total += x;
+  return total;
+}
+
+float read_scalar(const float* p, std::int64_t n) {
+  float acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int c = 0; c < 8; ++c) acc[c] += p[i + c];
+  }
+  for (; i < n; ++i) acc[0] += p[i];
+  float total = 0;
+  for (float x : acc) total += x;
+  return total;
+}
+
+struct Isa {
+  const char* name;
+  int lanes;
+  float (*fma_chains)(std::int64_t);
+  float (*read)(const float*, std::int64_t);
+};
+
+Isa widest_isa() {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {"avx512", 16, fma_chains_avx512, read_avx512};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return {"avx2", 8, fma_chains_avx2, read_scalar};
+  }
+#endif
+  return {"scalar", 1, fma_chains_scalar, read_scalar};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void peak_fma(benchmark::State& state, int threads) {
+  const Isa isa = widest_isa();
+  ga::ThreadPool pool(threads);
+  const ga::Executor ex = pool.executor();
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::int64_t rounds = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+      sink[static_cast<std::size_t>(t)] = isa.fma_chains(kFmaIterations);
+    });
+    benchmark::DoNotOptimize(sink.data());
+    ++rounds;
+  }
+  const double flops = 2.0 * isa.lanes * kChains * static_cast<double>(kFmaIterations) * threads *
+                       static_cast<double>(rounds);
+  state.counters["flops"] = flops / seconds_since(start);
+  state.SetLabel(isa.name);
+}
+
+void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
+  const Isa isa = widest_isa();
+  const std::int64_t n = bytes / static_cast<std::int64_t>(sizeof(float));
+  std::vector<float> buffer(static_cast<std::size_t>(n), 1.0f);
+  ga::ThreadPool pool(threads);
+  const ga::Executor ex = pool.executor();
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::int64_t rounds = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+      const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
+      sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
+    });
+    benchmark::DoNotOptimize(sink.data());
+    ++rounds;
+  }
+  state.counters["bytes_per_second"] =
+      static_cast<double>(bytes) * static_cast<double>(rounds) / seconds_since(start);
+  state.SetLabel(isa.name);
+}
+
+// Decode shapes of the design notes: K and V bytes in f32 (2 * B * kv_len * Hkv * D * 4).
+struct DecodeShape {
+  const char* name;
+  std::int64_t batch, kv_len, kv_heads, head_dim;
+  std::int64_t kv_bytes() const { return 2 * batch * kv_len * kv_heads * head_dim * 4; }
+};
+constexpr DecodeShape kDecodeShapes[] = {
+    {"qwen3next_decode_32k", 1, 32768, 2, 256},
+    {"llama8b_decode_8k", 1, 8192, 8, 128},
+};
+
+int register_peaks() {
+  for (int threads : {1, 2}) {
+    const std::string suffix = "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(("peak/fma_f32" + suffix).c_str(), peak_fma, threads)
+        ->Unit(benchmark::kMillisecond);
+    for (const DecodeShape& s : kDecodeShapes) {
+      benchmark::RegisterBenchmark(("peak/read_bw/" + std::string(s.name) + suffix).c_str(),
+                                   peak_read_bw, s.kv_bytes(), threads)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return 0;
+}
+const int registered = register_peaks();
+
+}  // namespace

@@ -1,0 +1,11 @@
+# Flags for this project's own executables (tests, benches, examples); never for consumers.
+add_library(gated_attention_project_flags INTERFACE)
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(gated_attention_project_flags INTERFACE -Wall -Wextra -Wpedantic)
+  if(GATED_ATTENTION_WERROR)
+    target_compile_options(gated_attention_project_flags INTERFACE -Werror)
+  endif()
+  if(GATED_ATTENTION_NATIVE)
+    target_compile_options(gated_attention_project_flags INTERFACE -march=native)
+  endif()
+endif()

@@ -1,0 +1,208 @@
+// Configuration, weight views, q/gate layouts and KV cache view of the gated attention block.
+//
+// Per token: [q | gate] = x W_q^T (or q = x W_q^T and gate = x W_gate^T), k = x W_k^T,
+// v = x W_v^T; q and k are RMS-normalised per head and rotated (RoPE); k and v are appended to the
+// cache; a = SDPA(q, cache, causal) * act(gate); y = a W_o^T.
+#pragma once
+
+#include <cstdint>
+
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/core/tensor_view.hpp"
+#include "gated_attention/core/validate.hpp"
+#include "gated_attention/ops/output_gate_args.hpp"
+#include "gated_attention/ops/rms_norm_args.hpp"
+#include "gated_attention/ops/sdpa_args.hpp"
+
+namespace gated_attention {
+
+enum class GateMode : std::uint8_t {
+  none,         // ungated attention: the same block, for like-for-like comparisons
+  headwise,     // one gate value per head
+  elementwise,  // one gate value per head and dim (Qwen3-Next)
+};
+
+// Where the gate's rows sit in the projection weights.
+enum class QGateLayout : std::uint8_t {
+  qwen3_next,  // q_proj rows per query head: [q_h (D) | gate_h (D, or 1 if headwise)]
+  grouped,     // q_proj rows per KV group of g heads: [q (g*D) | gate (g*D, or g if headwise)]
+  separate,    // q_proj has the q rows only; gate_proj has the gate rows, head-major
+};
+
+enum class QkNorm : std::uint8_t {
+  none,
+  rms,                // x_hat * w
+  zero_centered_rms,  // x_hat * (1 + w) (Qwen3-Next)
+};
+
+struct BlockConfig {
+  std::int64_t hidden_size = 0;
+  std::int64_t num_q_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  GateMode gate_mode = GateMode::elementwise;
+  GateActivation gate_activation = GateActivation::sigmoid;
+  QGateLayout q_gate_layout = QGateLayout::qwen3_next;
+  QkNorm qk_norm = QkNorm::zero_centered_rms;
+  double rope_theta = 10000.0;
+  std::int64_t rotary_dim = 0;  // leading dims of each head that RoPE rotates; 0: no RoPE
+  float rms_norm_eps = 1e-6f;
+  float scale = 0.0f;           // 0: 1 / sqrt(head_dim)
+
+  std::int64_t group_size() const { return num_kv_heads > 0 ? num_q_heads / num_kv_heads : 0; }
+  // Gate values per token.
+  std::int64_t gate_width() const {
+    switch (gate_mode) {
+      case GateMode::headwise:
+        return num_q_heads;
+      case GateMode::elementwise:
+        return num_q_heads * head_dim;
+      case GateMode::none:
+        break;
+    }
+    return 0;
+  }
+  std::int64_t q_width() const { return num_q_heads * head_dim; }
+  std::int64_t kv_width() const { return num_kv_heads * head_dim; }
+  // Rows of q_proj: the gate's rows are packed into it unless the layout is separate.
+  std::int64_t q_proj_rows() const {
+    return q_width() + (q_gate_layout == QGateLayout::separate ? 0 : gate_width());
+  }
+  bool has_gate_proj() const {
+    return gate_mode != GateMode::none && q_gate_layout == QGateLayout::separate;
+  }
+};
+
+inline Status validate(const BlockConfig& c) {
+  if (c.hidden_size < 1) return Status::shape_mismatch("config", 0, "hidden_size >= 1", 1, c.hidden_size);
+  if (c.num_kv_heads < 1 || c.num_q_heads < 1 || c.num_q_heads % c.num_kv_heads != 0) {
+    return Status::error(StatusCode::invalid_argument,
+                         "config: num_q_heads (%lld) must be a positive multiple of num_kv_heads "
+                         "(%lld)",
+                         static_cast<long long>(c.num_q_heads),
+                         static_cast<long long>(c.num_kv_heads));
+  }
+  if (c.head_dim < 1 || c.head_dim > kMaxHeadDim) {
+    return Status::error(StatusCode::invalid_argument, "config: head_dim: expected 1..%lld, got %lld",
+                         static_cast<long long>(kMaxHeadDim), static_cast<long long>(c.head_dim));
+  }
+  if (c.rotary_dim < 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
+    return Status::error(StatusCode::invalid_argument,
+                         "config: rotary_dim: expected even and in 0..%lld (head_dim), got %lld",
+                         static_cast<long long>(c.head_dim), static_cast<long long>(c.rotary_dim));
+  }
+  if (!(c.rope_theta > 0.0)) {
+    return Status::error(StatusCode::invalid_argument, "config: rope_theta: expected > 0, got %g",
+                         c.rope_theta);
+  }
+  return Status::ok();
+}
+
+// Non-owning views of the block's weights, PyTorch's [out, in] layout.
+template <class T>
+struct BlockWeights {
+  TensorView<const T, 2> q_proj;  // [q_proj_rows, hidden]
+  TensorView<const T, 2> maybe_gate_proj;  // [gate_width, hidden]; separate layout only
+  TensorView<const T, 2> k_proj;  // [num_kv_heads * head_dim, hidden]
+  TensorView<const T, 2> v_proj;  // [num_kv_heads * head_dim, hidden]
+  TensorView<const T, 2> o_proj;  // [hidden, num_q_heads * head_dim]
+  const T* maybe_q_bias = nullptr;     // [q_proj_rows]
+  const T* maybe_gate_bias = nullptr;  // [gate_width]
+  const T* maybe_k_bias = nullptr;     // [num_kv_heads * head_dim]
+  const T* maybe_v_bias = nullptr;     // [num_kv_heads * head_dim]
+  const T* maybe_o_bias = nullptr;     // [hidden]
+  const T* maybe_q_norm = nullptr;     // [head_dim]; required unless qk_norm is none
+  const T* maybe_k_norm = nullptr;     // [head_dim]; required unless qk_norm is none
+};
+
+template <class T>
+Status validate(const BlockConfig& c, const BlockWeights<T>& w) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(c));
+  constexpr std::array<const char*, 2> dims = {"out features", "in features"};
+  const std::int64_t h = c.hidden_size;
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("q_proj", w.q_proj, {c.q_proj_rows(), h}, dims));
+  if (c.has_gate_proj()) {
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_view("gate_proj", w.maybe_gate_proj, {c.gate_width(), h}, dims));
+    if (w.maybe_gate_proj.data == nullptr) {
+      return Status::error(StatusCode::invalid_argument,
+                           "gate_proj: null data pointer (required by the separate layout)");
+    }
+  }
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("k_proj", w.k_proj, {c.kv_width(), h}, dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("v_proj", w.v_proj, {c.kv_width(), h}, dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("o_proj", w.o_proj, {h, c.q_width()}, dims));
+  if (c.qk_norm != QkNorm::none && (w.maybe_q_norm == nullptr || w.maybe_k_norm == nullptr)) {
+    return Status::error(StatusCode::invalid_argument,
+                         "q_norm/k_norm: null weight, required when qk_norm is not none");
+  }
+  return Status::ok();
+}
+
+// Strides (elements) of q and gate inside one token's projection row, per layout.
+struct QGateStrides {
+  std::int64_t q_group = 0, q_head = 0;  // q: between KV groups, between heads of a group
+  std::int64_t gate_offset = 0;          // gate start within its row (q_proj's or gate_proj's)
+  std::int64_t gate_group = 0, gate_head = 0, gate_dim = 0;
+};
+
+inline QGateStrides q_gate_strides(const BlockConfig& c) {
+  const std::int64_t d = c.head_dim, g = c.group_size();
+  const bool headwise = c.gate_mode == GateMode::headwise;
+  const std::int64_t gate_per_head = headwise ? 1 : d;
+  QGateStrides s;
+  s.gate_dim = headwise ? 0 : 1;
+  if (c.gate_mode == GateMode::none || c.q_gate_layout == QGateLayout::separate) {
+    s.q_head = d;
+    s.q_group = g * d;
+    s.gate_head = gate_per_head;
+    s.gate_group = g * gate_per_head;
+  } else if (c.q_gate_layout == QGateLayout::qwen3_next) {
+    s.q_head = d + gate_per_head;
+    s.q_group = g * s.q_head;
+    s.gate_offset = d;
+    s.gate_head = s.q_head;
+    s.gate_group = s.q_group;
+  } else {  // grouped
+    s.q_head = d;
+    s.q_group = g * (d + gate_per_head);
+    s.gate_offset = g * d;
+    s.gate_head = gate_per_head;
+    s.gate_group = s.q_group;
+  }
+  return s;
+}
+
+// Query view [b, len, kv_heads, group, head_dim] into q_proj's output [b, len, q_proj_rows].
+template <class T>
+TensorView<T, 5> q_view(const BlockConfig& c, const TensorView<T, 3>& q_proj_out) {
+  const QGateStrides s = q_gate_strides(c);
+  const auto& st = q_proj_out.strides;
+  return TensorView<T, 5>(
+      q_proj_out.data,
+      {q_proj_out.extents[0], q_proj_out.extents[1], c.num_kv_heads, c.group_size(), c.head_dim},
+      {st[0], st[1], s.q_group, s.q_head, 1});
+}
+
+// Gate view [b, len, kv_heads, group, head_dim] (stride 0 over dims if headwise) into the output
+// that holds the gate: q_proj's [b, len, q_proj_rows], or gate_proj's for the separate layout.
+template <class T>
+TensorView<T, 5> gate_view(const BlockConfig& c, const TensorView<T, 3>& gate_source) {
+  const QGateStrides s = q_gate_strides(c);
+  const auto& st = gate_source.strides;
+  return TensorView<T, 5>(
+      gate_source.data + s.gate_offset,
+      {gate_source.extents[0], gate_source.extents[1], c.num_kv_heads, c.group_size(), c.head_dim},
+      {st[0], st[1], s.gate_group, s.gate_head, s.gate_dim});
+}
+
+// A KV cache: slots for num_seqs sequences of up to `capacity` tokens. The caller owns the memory;
+// forward appends each sequence's new tokens at lengths[s] and advances lengths[s].
+template <class T>
+struct KvCacheView {
+  TensorView<T, 4> k;              // [num_seqs, capacity, num_kv_heads, head_dim]
+  TensorView<T, 4> v;              // [num_seqs, capacity, num_kv_heads, head_dim]
+  std::int64_t* lengths = nullptr;  // [num_seqs] tokens held per sequence
+};
+
+}  // namespace gated_attention

@@ -1,0 +1,24 @@
+// Version and compiler macros shared by every header of the library.
+#pragma once
+
+#include <cstddef>
+
+#define GATED_ATTENTION_VERSION_MAJOR 0
+#define GATED_ATTENTION_VERSION_MINOR 1
+#define GATED_ATTENTION_VERSION_PATCH 0
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GATED_ATTENTION_RESTRICT __restrict__
+#define GATED_ATTENTION_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define GATED_ATTENTION_RESTRICT
+#define GATED_ATTENTION_ALWAYS_INLINE inline
+#endif
+
+namespace gated_attention {
+
+// Alignment (bytes) of every workspace allocation and of per-worker scratch: one cache line, so
+// that workers never share a line.
+inline constexpr std::size_t kCacheLineBytes = 64;
+
+}  // namespace gated_attention

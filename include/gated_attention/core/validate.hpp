@@ -1,0 +1,73 @@
+// Shape and stride checks shared by every op's can_implement() and the references.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/core/tensor_view.hpp"
+
+namespace gated_attention {
+
+enum class InnerStride : std::uint8_t {
+  unit,               // the last dimension is dense (stride 1)
+  unit_or_broadcast,  // stride 1 or 0 (one value broadcast over the last dimension)
+};
+
+// Checks a view against the extents an op expects (a negative expected extent accepts any extent
+// >= 0). Reports the tensor, the dimension, what was expected and what was found.
+template <class T, int Rank>
+Status check_view(const char* tensor, const TensorView<T, Rank>& view,
+                  const typename TensorView<T, Rank>::Index& expected,
+                  const typename TensorView<T, Rank>::DimNames& dim_names,
+                  InnerStride inner = InnerStride::unit) {
+  for (int i = 0; i < Rank; ++i) {
+    if (view.extents[i] < 0) {
+      return Status::error(StatusCode::invalid_argument, "%s: dim %d (%s): negative extent %lld",
+                           tensor, i, dim_names[i], static_cast<long long>(view.extents[i]));
+    }
+    if (expected[i] >= 0 && view.extents[i] != expected[i]) {
+      return Status::shape_mismatch(tensor, i, dim_names[i], expected[i], view.extents[i]);
+    }
+    if (view.strides[i] < 0) {
+      return Status::error(StatusCode::invalid_argument, "%s: dim %d (%s): negative stride %lld",
+                           tensor, i, dim_names[i], static_cast<long long>(view.strides[i]));
+    }
+  }
+  if (view.empty()) return Status::ok();
+  if (view.data == nullptr) {
+    return Status::error(StatusCode::invalid_argument, "%s: null data pointer", tensor);
+  }
+  const std::int64_t s = view.strides[Rank - 1];
+  const bool inner_ok = s == 1 || view.extents[Rank - 1] == 1 ||
+                        (inner == InnerStride::unit_or_broadcast && s == 0);
+  if (!inner_ok) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: dim %d (%s): innermost stride must be %s, got %lld", tensor, Rank - 1,
+                         dim_names[Rank - 1], inner == InnerStride::unit ? "1" : "1 or 0",
+                         static_cast<long long>(s));
+  }
+  return Status::ok();
+}
+
+template <class T, int RankT, class U, int RankU>
+Status check_no_overlap(const char* written, const TensorView<T, RankT>& out, const char* read,
+                        const TensorView<U, RankU>& in) {
+  if (may_overlap(out, in)) {
+    return Status::error(StatusCode::invalid_argument, "%s: overlaps %s", written, read);
+  }
+  return Status::ok();
+}
+
+// For ops that may run in place: `out` is either exactly `in` (same pointer, extents and strides)
+// or disjoint from it.
+template <class T, class U, int Rank>
+Status check_in_place_or_disjoint(const char* written, const TensorView<T, Rank>& out,
+                                  const char* read, const TensorView<U, Rank>& in) {
+  const bool in_place = static_cast<const void*>(out.data) == static_cast<const void*>(in.data) &&
+                        out.extents == in.extents && out.strides == in.strides;
+  if (in_place) return Status::ok();
+  return check_no_overlap(written, out, read, in);
+}
+
+}  // namespace gated_attention

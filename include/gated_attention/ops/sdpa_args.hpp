@@ -1,0 +1,125 @@
+// Arguments of scaled dot-product attention, shared by the reference and the kernels.
+//
+// Query i of batch entry b sits at position p = i + kv_len_b - q_len (bottom-right alignment, so
+// a chunk of new queries lines up with the end of its KV cache). It attends key j iff
+//   j < kv_len_b  and  (window_left < 0 or j >= p - window_left)
+//                 and  (window_right < 0 or j <= p + window_right).
+// Logits are scale * dot(q, k_j); a learned sink logit (or 0, for softmax+1) joins the softmax
+// normaliser but has no value row. A row with no attended key outputs 0 (before the gate).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/core/tensor_view.hpp"
+#include "gated_attention/core/validate.hpp"
+#include "gated_attention/ops/heads.hpp"
+#include "gated_attention/ops/output_gate_args.hpp"
+
+namespace gated_attention {
+
+// Largest head dim (dk and dv) any path accepts.
+inline constexpr std::int64_t kMaxHeadDim = 512;
+
+struct Mask {
+  std::int64_t window_left = -1;   // keys at most this far before the query; -1: unbounded
+  std::int64_t window_right = -1;  // keys at most this far after the query; -1: unbounded
+
+  static constexpr Mask none() { return {-1, -1}; }
+  static constexpr Mask causal() { return {-1, 0}; }
+  // Causal sliding window of `size` keys ending at the query (Mistral, gpt-oss style).
+  static constexpr Mask causal_window(std::int64_t size) { return {size - 1, 0}; }
+  static constexpr Mask window(std::int64_t left, std::int64_t right) { return {left, right}; }
+
+  constexpr bool allows(std::int64_t query_pos, std::int64_t key) const {
+    return (window_left < 0 || key >= query_pos - window_left) &&
+           (window_right < 0 || key <= query_pos + window_right);
+  }
+};
+
+template <class T, class KvT = T>
+struct SdpaArgs {
+  TensorView<const T, 5> q;     // [b, q_len, kv_heads, group, dk]
+  TensorView<const KvT, 4> k;   // [b, kv_len, kv_heads, dk]
+  TensorView<const KvT, 4> v;   // [b, kv_len, kv_heads, dv]
+  TensorView<T, 5> out;         // [b, q_len, kv_heads, group, dv]
+  float scale = 0.0f;           // logit scale; 0: 1 / sqrt(dk)
+  Mask mask;                    // default: no mask
+  const std::int64_t* maybe_kv_lens = nullptr;  // [b] valid keys per entry, <= kv_len; null: kv_len
+  const float* maybe_sink_logits = nullptr;     // [kv_heads * group] learned sink logit per head
+  bool softmax_plus_one = false;                // a zero sink logit for every head
+  TensorView<float, 4> maybe_lse;  // [b, q_len, kv_heads, group] log of the softmax normaliser
+                                   // (natural log, sinks included); -inf for rows without keys
+  GateSpec<T> gate;                // optional output gate, applied to every output row
+
+  float effective_scale() const {
+    return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(q.extents[4]));
+  }
+};
+
+template <class T, class KvT>
+Status validate(const SdpaArgs<T, KvT>& args) {
+  const auto& q = args.q.extents;
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("q", args.q, {-1, -1, -1, -1, -1}, kQueryHeadDims));
+  if (q[2] < 1) return Status::shape_mismatch("q", 2, "kv heads", 1, q[2]);
+  if (q[3] < 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "q: dim 3 (query heads per kv head): expected >= 1 (query heads must be a "
+                         "multiple of kv heads), got %lld",
+                         static_cast<long long>(q[3]));
+  }
+  if (q[4] < 1 || q[4] > kMaxHeadDim) {
+    return Status::error(StatusCode::invalid_argument, "q: dim 4 (dk): expected 1..%lld, got %lld",
+                         static_cast<long long>(kMaxHeadDim), static_cast<long long>(q[4]));
+  }
+  constexpr std::array<const char*, 4> kv_dims = {"batch", "kv length", "kv heads", "dim"};
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("k", args.k, {q[0], -1, q[2], q[4]}, kv_dims));
+  const std::int64_t kv_len = args.k.extents[1];
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("v", args.v, {q[0], kv_len, q[2], -1}, kv_dims));
+  const std::int64_t dv = args.v.extents[3];
+  if (dv < 1 || dv > kMaxHeadDim) {
+    return Status::error(StatusCode::invalid_argument, "v: dim 3 (dv): expected 1..%lld, got %lld",
+                         static_cast<long long>(kMaxHeadDim), static_cast<long long>(dv));
+  }
+  const std::array<std::int64_t, 5> out_extents = {q[0], q[1], q[2], q[3], dv};
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, out_extents, kQueryHeadDims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, out_extents));
+  if (args.maybe_lse.data != nullptr) {
+    GATED_ATTENTION_RETURN_IF_ERROR(check_view("lse", args.maybe_lse, {q[0], q[1], q[2], q[3]},
+                                               {"batch", "q length", "kv heads", "group"}));
+  }
+  if (!std::isfinite(args.scale)) {
+    return Status::error(StatusCode::invalid_argument, "scale: expected a finite value, got %g",
+                         static_cast<double>(args.scale));
+  }
+  if (args.mask.window_left < -1 || args.mask.window_right < -1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "mask: window sizes must be >= 0 or -1 (unbounded), got left %lld, right "
+                         "%lld",
+                         static_cast<long long>(args.mask.window_left),
+                         static_cast<long long>(args.mask.window_right));
+  }
+  if (args.maybe_sink_logits != nullptr && args.softmax_plus_one) {
+    return Status::error(StatusCode::invalid_argument,
+                         "sinks: softmax_plus_one and maybe_sink_logits are exclusive");
+  }
+  if (args.maybe_kv_lens != nullptr) {
+    for (std::int64_t b = 0; b < q[0]; ++b) {
+      const std::int64_t n = args.maybe_kv_lens[b];
+      if (n < 0 || n > kv_len) {
+        return Status::error(StatusCode::invalid_argument,
+                             "kv_lens: entry %lld: expected 0..%lld (kv length), got %lld",
+                             static_cast<long long>(b), static_cast<long long>(kv_len),
+                             static_cast<long long>(n));
+      }
+    }
+  }
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "q", args.q));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "k", args.k));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "v", args.v));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "gate", args.gate.values));
+  return check_no_overlap("lse", args.maybe_lse, "out", args.out);
+}
+
+}  // namespace gated_attention

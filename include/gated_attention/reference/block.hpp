@@ -1,0 +1,182 @@
+// Reference forward of the gated attention block (prefill, chunked prefill and decode through a KV
+// cache), composed of the reference ops and computed in double. The cache holds T, as a real
+// engine's would; everything else stays in double.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gated_attention/block/config.hpp"
+#include "gated_attention/ops/linear_args.hpp"
+#include "gated_attention/reference/linear.hpp"
+#include "gated_attention/reference/rms_norm.hpp"
+#include "gated_attention/reference/rope.hpp"
+#include "gated_attention/reference/sdpa.hpp"
+
+namespace gated_attention::reference {
+
+namespace detail {
+
+template <class T>
+std::vector<double> to_double_rows(const TensorView<const T, 2>& m) {
+  std::vector<double> out(static_cast<std::size_t>(m.num_elements()));
+  for (std::int64_t r = 0; r < m.extents[0]; ++r) {
+    for (std::int64_t c = 0; c < m.extents[1]; ++c) out[r * m.extents[1] + c] = as_double(m(r, c));
+  }
+  return out;
+}
+
+// y [rows, out] = x [rows, in] W^T + bias, all in double.
+template <class T>
+std::vector<double> project(const std::vector<double>& x, std::int64_t rows,
+                            const TensorView<const T, 2>& weight, const T* maybe_bias) {
+  const std::int64_t out = weight.extents[0], in = weight.extents[1];
+  const std::vector<double> w = to_double_rows(weight);
+  std::vector<double> bias;
+  if (maybe_bias) {
+    for (std::int64_t o = 0; o < out; ++o) bias.push_back(as_double(maybe_bias[o]));
+  }
+  std::vector<double> y(static_cast<std::size_t>(rows * out));
+  Status s = linear(LinearArgs<double>{TensorView<const double, 2>::contiguous(x.data(), {rows, in}),
+                                       TensorView<const double, 2>::contiguous(w.data(), {out, in}),
+                                       maybe_bias ? bias.data() : nullptr,
+                                       TensorView<double, 2>::contiguous(y.data(), {rows, out})});
+  (void)s;  // shapes were validated by the caller
+  return y;
+}
+
+template <class T, int Rank>
+void qk_norm(const BlockConfig& c, const TensorView<double, Rank>& x, const T* weight) {
+  if (c.qk_norm == QkNorm::none) return;
+  std::vector<double> w;
+  for (std::int64_t i = 0; i < c.head_dim; ++i) w.push_back(as_double(weight[i]));
+  RmsNormArgs<double, Rank> args{x, w.data(), x, c.rms_norm_eps,
+                                 c.qk_norm == QkNorm::rms ? RmsNormWeight::standard
+                                                          : RmsNormWeight::zero_centered};
+  (void)rms_norm(args);
+}
+
+template <int Rank>
+void rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
+            const TensorView<const std::int64_t, 2>& positions) {
+  if (c.rotary_dim == 0) return;
+  (void)rope(RopeArgs<double, Rank>{x, positions, x, c.rope_theta, c.rotary_dim});
+}
+
+}  // namespace detail
+
+// x [b, len, hidden] and positions [b, len]: `len` new tokens for each of the b sequences, appended
+// to cache sequence s = 0..b-1 after its cached tokens (len = 1 is a decode step). Writes
+// y [b, len, hidden] and advances cache.lengths[0..b).
+template <class T>
+Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
+                     const TensorView<const T, 3>& x,
+                     const TensorView<const std::int64_t, 2>& positions, const KvCacheView<T>& cache,
+                     const TensorView<T, 3>& y) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("x", x, {-1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
+  const std::int64_t batch = x.extents[0], len = x.extents[1], rows = batch * len;
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("positions", positions, {batch, len}, {"batch", "length"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("y", y, {batch, len, c.hidden_size}, {"batch", "length", "hidden"}));
+  constexpr std::array<const char*, 4> cache_dims = {"sequences", "capacity", "kv heads", "dim"};
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("cache.k", cache.k, {-1, -1, c.num_kv_heads, c.head_dim}, cache_dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.v", cache.v, cache.k.extents, cache_dims));
+  if (cache.k.extents[0] < batch) {
+    return Status::error(StatusCode::invalid_argument,
+                         "cache.k: dim 0 (sequences): expected >= %lld (batch), got %lld",
+                         static_cast<long long>(batch), static_cast<long long>(cache.k.extents[0]));
+  }
+  if (cache.lengths == nullptr && batch > 0) {
+    return Status::error(StatusCode::invalid_argument, "cache.lengths: null pointer");
+  }
+  const std::int64_t capacity = cache.k.extents[1];
+  for (std::int64_t s = 0; s < batch; ++s) {
+    if (cache.lengths[s] < 0 || cache.lengths[s] + len > capacity) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cache.lengths: sequence %lld holds %lld tokens, + %lld new exceeds "
+                           "capacity %lld",
+                           static_cast<long long>(s), static_cast<long long>(cache.lengths[s]),
+                           static_cast<long long>(len), static_cast<long long>(capacity));
+    }
+  }
+
+  // Projections.
+  std::vector<double> xd(static_cast<std::size_t>(rows * c.hidden_size));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t i = 0; i < c.hidden_size; ++i) {
+        xd[(b * len + t) * c.hidden_size + i] = as_double(x(b, t, i));
+      }
+    }
+  }
+  std::vector<double> qp = detail::project(xd, rows, w.q_proj, w.maybe_q_bias);
+  std::vector<double> gp;
+  if (c.has_gate_proj()) gp = detail::project(xd, rows, w.maybe_gate_proj, w.maybe_gate_bias);
+  std::vector<double> kp = detail::project(xd, rows, w.k_proj, w.maybe_k_bias);
+  std::vector<double> vp = detail::project(xd, rows, w.v_proj, w.maybe_v_bias);
+
+  const auto q_rows = TensorView<double, 3>::contiguous(qp.data(), {batch, len, c.q_proj_rows()});
+  const TensorView<double, 5> q = q_view(c, q_rows);
+  const auto k = TensorView<double, 4>::contiguous(kp.data(), {batch, len, c.num_kv_heads, c.head_dim});
+  const auto v = TensorView<double, 4>::contiguous(vp.data(), {batch, len, c.num_kv_heads, c.head_dim});
+
+  // QK norm and RoPE, in place.
+  detail::qk_norm(c, q, w.maybe_q_norm);
+  detail::qk_norm(c, k, w.maybe_k_norm);
+  detail::rotate(c, q, positions);
+  detail::rotate(c, k, positions);
+
+  // Append to the cache.
+  std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(batch));
+  for (std::int64_t s = 0; s < batch; ++s) {
+    const std::int64_t start = cache.lengths[s];
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+        for (std::int64_t d = 0; d < c.head_dim; ++d) {
+          cache.k(s, start + t, h, d) = from_double<T>(k(s, t, h, d));
+          cache.v(s, start + t, h, d) = from_double<T>(v(s, t, h, d));
+        }
+      }
+    }
+    kv_lens[s] = start + len;
+  }
+
+  // Causal attention over each sequence's cache, then the gate.
+  std::vector<double> attn(static_cast<std::size_t>(rows * c.q_width()));
+  SdpaArgs<double, T> sdpa_args;
+  sdpa_args.q = q;
+  sdpa_args.k = cache.k;
+  sdpa_args.v = cache.v;
+  sdpa_args.k.extents[0] = sdpa_args.v.extents[0] = batch;
+  sdpa_args.out = TensorView<double, 5>::contiguous(
+      attn.data(), {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
+  sdpa_args.scale = c.scale;
+  sdpa_args.mask = Mask::causal();
+  sdpa_args.maybe_kv_lens = kv_lens.data();
+  if (c.gate_mode != GateMode::none) {
+    const auto gate_rows =
+        c.has_gate_proj() ? TensorView<double, 3>::contiguous(gp.data(), {batch, len, c.gate_width()})
+                          : q_rows;
+    sdpa_args.gate.values = gate_view(c, gate_rows);
+    sdpa_args.gate.activation = c.gate_activation;
+  }
+  GATED_ATTENTION_RETURN_IF_ERROR(sdpa(sdpa_args));
+
+  // Output projection.
+  const std::vector<double> out = detail::project(attn, rows, w.o_proj, w.maybe_o_bias);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t i = 0; i < c.hidden_size; ++i) {
+        y(b, t, i) = from_double<T>(out[(b * len + t) * c.hidden_size + i]);
+      }
+    }
+  }
+  for (std::int64_t s = 0; s < batch; ++s) cache.lengths[s] = kv_lens[s];
+  return Status::ok();
+}
+
+}  // namespace gated_attention::reference

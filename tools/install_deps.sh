@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what gated_attention needs from Debian/Ubuntu packages, only what is missing.
+#   bash tools/install_deps.sh          build, tests, benchmarks
+#   bash tools/install_deps.sh --ci     also what CI uses (clang for the second compiler)
+# As root it runs apt-get; otherwise it prints the command to run and exits with status 1.
+set -euo pipefail
+
+packages=(cmake make g++ libeigen3-dev catch2 libbenchmark-dev)
+if [[ "${1:-}" == "--ci" ]]; then
+  packages+=(clang)
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install_deps: not a Debian/Ubuntu system. Install these (or your distribution's" >&2
+  echo "equivalents: Eigen 3.4, Catch2 2.13, Google Benchmark 1.7, CMake >= 3.16):" >&2
+  echo "  ${packages[*]}" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install_deps: missing packages: ${missing[*]}" >&2
+  echo "install them with:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
