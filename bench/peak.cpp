@@ -35,6 +35,7 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iteratio
   for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
   for (std::int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
   }
   __m512 sum = acc[0];
@@ -47,6 +48,7 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(std::int64_t iteration
   for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
   for (std::int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
   }
   __m256 sum = acc[0];
@@ -76,6 +78,7 @@ float fma_chains_scalar(std::int64_t iterations) {
   float acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = static_cast<float>(c);
   for (std::int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
   }
   float total = 0;

@@ -3,11 +3,14 @@
 // independently here, never from a second call to the code under test.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support.hpp"
@@ -859,8 +862,8 @@ TEST_CASE("rope: rotation preserves the norm of each pair", "[reference][rope]")
     const float* a = x.data.data() + row * D;
     const float* b = out.data.data() + row * D;
     for (std::int64_t i = 0; i < half; ++i) {
-      const double before = std::hypot(a[i], a[i + half]);
-      const double after = std::hypot(b[i], b[i + half]);
+      const double before = std::hypot(static_cast<double>(a[i]), static_cast<double>(a[i + half]));
+      const double after = std::hypot(static_cast<double>(b[i]), static_cast<double>(b[i + half]));
       worst = std::max(worst, std::fabs(after - before));
     }
     for (std::int64_t i = R; i < D; ++i) CHECK(b[i] == a[i]);
