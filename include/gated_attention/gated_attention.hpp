@@ -2,6 +2,7 @@
 // The one header users include.
 #pragma once
 
+#include "gated_attention/block/config.hpp"
 #include "gated_attention/core/config.hpp"
 #include "gated_attention/core/dtypes.hpp"
 #include "gated_attention/core/executor.hpp"
@@ -15,7 +16,6 @@
 #include "gated_attention/ops/rms_norm_args.hpp"
 #include "gated_attention/ops/rope_args.hpp"
 #include "gated_attention/ops/sdpa_args.hpp"
-#include "gated_attention/block/config.hpp"
 #include "gated_attention/reference/block.hpp"
 #include "gated_attention/reference/linear.hpp"
 #include "gated_attention/reference/output_gate.hpp"

@@ -5,6 +5,7 @@
 // cache; a = SDPA(q, cache, causal) * act(gate); y = a W_o^T.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "gated_attention/core/status.hpp"
@@ -47,7 +48,7 @@ struct BlockConfig {
   double rope_theta = 10000.0;
   std::int64_t rotary_dim = 0;  // leading dims of each head that RoPE rotates; 0: no RoPE
   float rms_norm_eps = 1e-6f;
-  float scale = 0.0f;           // 0: 1 / sqrt(head_dim)
+  float scale = 0.0f;  // 0: 1 / sqrt(head_dim)
 
   std::int64_t group_size() const { return num_kv_heads > 0 ? num_q_heads / num_kv_heads : 0; }
   // Gate values per token.
@@ -74,7 +75,8 @@ struct BlockConfig {
 };
 
 inline Status validate(const BlockConfig& c) {
-  if (c.hidden_size < 1) return Status::shape_mismatch("config", 0, "hidden_size >= 1", 1, c.hidden_size);
+  if (c.hidden_size < 1)
+    return Status::shape_mismatch("config", 0, "hidden_size >= 1", 1, c.hidden_size);
   if (c.num_kv_heads < 1 || c.num_q_heads < 1 || c.num_q_heads % c.num_kv_heads != 0) {
     return Status::error(StatusCode::invalid_argument,
                          "config: num_q_heads (%lld) must be a positive multiple of num_kv_heads "
@@ -83,7 +85,8 @@ inline Status validate(const BlockConfig& c) {
                          static_cast<long long>(c.num_kv_heads));
   }
   if (c.head_dim < 1 || c.head_dim > kMaxHeadDim) {
-    return Status::error(StatusCode::invalid_argument, "config: head_dim: expected 1..%lld, got %lld",
+    return Status::error(StatusCode::invalid_argument,
+                         "config: head_dim: expected 1..%lld, got %lld",
                          static_cast<long long>(kMaxHeadDim), static_cast<long long>(c.head_dim));
   }
   if (c.rotary_dim < 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
@@ -91,9 +94,18 @@ inline Status validate(const BlockConfig& c) {
                          "config: rotary_dim: expected even and in 0..%lld (head_dim), got %lld",
                          static_cast<long long>(c.head_dim), static_cast<long long>(c.rotary_dim));
   }
-  if (!(c.rope_theta > 0.0)) {
-    return Status::error(StatusCode::invalid_argument, "config: rope_theta: expected > 0, got %g",
-                         c.rope_theta);
+  if (!(c.rope_theta > 0.0) || !std::isfinite(c.rope_theta)) {
+    return Status::error(StatusCode::invalid_argument,
+                         "config: rope_theta: expected finite > 0, got %g", c.rope_theta);
+  }
+  if (!(c.rms_norm_eps >= 0.0f) || !std::isfinite(c.rms_norm_eps)) {
+    return Status::error(StatusCode::invalid_argument,
+                         "config: rms_norm_eps: expected finite >= 0, got %g",
+                         static_cast<double>(c.rms_norm_eps));
+  }
+  if (!std::isfinite(c.scale)) {
+    return Status::error(StatusCode::invalid_argument, "config: scale: expected finite, got %g",
+                         static_cast<double>(c.scale));
   }
   return Status::ok();
 }
@@ -101,18 +113,18 @@ inline Status validate(const BlockConfig& c) {
 // Non-owning views of the block's weights, PyTorch's [out, in] layout.
 template <class T>
 struct BlockWeights {
-  TensorView<const T, 2> q_proj;  // [q_proj_rows, hidden]
+  TensorView<const T, 2> q_proj;           // [q_proj_rows, hidden]
   TensorView<const T, 2> maybe_gate_proj;  // [gate_width, hidden]; separate layout only
-  TensorView<const T, 2> k_proj;  // [num_kv_heads * head_dim, hidden]
-  TensorView<const T, 2> v_proj;  // [num_kv_heads * head_dim, hidden]
-  TensorView<const T, 2> o_proj;  // [hidden, num_q_heads * head_dim]
-  const T* maybe_q_bias = nullptr;     // [q_proj_rows]
-  const T* maybe_gate_bias = nullptr;  // [gate_width]
-  const T* maybe_k_bias = nullptr;     // [num_kv_heads * head_dim]
-  const T* maybe_v_bias = nullptr;     // [num_kv_heads * head_dim]
-  const T* maybe_o_bias = nullptr;     // [hidden]
-  const T* maybe_q_norm = nullptr;     // [head_dim]; required unless qk_norm is none
-  const T* maybe_k_norm = nullptr;     // [head_dim]; required unless qk_norm is none
+  TensorView<const T, 2> k_proj;           // [num_kv_heads * head_dim, hidden]
+  TensorView<const T, 2> v_proj;           // [num_kv_heads * head_dim, hidden]
+  TensorView<const T, 2> o_proj;           // [hidden, num_q_heads * head_dim]
+  const T* maybe_q_bias = nullptr;         // [q_proj_rows]
+  const T* maybe_gate_bias = nullptr;      // [gate_width]
+  const T* maybe_k_bias = nullptr;         // [num_kv_heads * head_dim]
+  const T* maybe_v_bias = nullptr;         // [num_kv_heads * head_dim]
+  const T* maybe_o_bias = nullptr;         // [hidden]
+  const T* maybe_q_norm = nullptr;         // [head_dim]; required unless qk_norm is none
+  const T* maybe_k_norm = nullptr;         // [head_dim]; required unless qk_norm is none
 };
 
 template <class T>
@@ -200,8 +212,8 @@ TensorView<T, 5> gate_view(const BlockConfig& c, const TensorView<T, 3>& gate_so
 // forward appends each sequence's new tokens at lengths[s] and advances lengths[s].
 template <class T>
 struct KvCacheView {
-  TensorView<T, 4> k;              // [num_seqs, capacity, num_kv_heads, head_dim]
-  TensorView<T, 4> v;              // [num_seqs, capacity, num_kv_heads, head_dim]
+  TensorView<T, 4> k;               // [num_seqs, capacity, num_kv_heads, head_dim]
+  TensorView<T, 4> v;               // [num_seqs, capacity, num_kv_heads, head_dim]
   std::int64_t* lengths = nullptr;  // [num_seqs] tokens held per sequence
 };
 

@@ -60,10 +60,18 @@ class [[nodiscard]] Status {
                  dim, dim_name, static_cast<long long>(expected), static_cast<long long>(got));
   }
 
-  bool is_ok() const { return code_ == StatusCode::ok; }
-  explicit operator bool() const { return is_ok(); }
-  StatusCode code() const { return code_; }
-  const char* message() const { return is_ok() ? "ok" : message_; }
+  bool is_ok() const {
+    return code_ == StatusCode::ok;
+  }
+  explicit operator bool() const {
+    return is_ok();
+  }
+  StatusCode code() const {
+    return code_;
+  }
+  const char* message() const {
+    return is_ok() ? "ok" : message_;
+  }
 
  private:
   StatusCode code_ = StatusCode::ok;

@@ -27,8 +27,8 @@ struct TensorView {
       : data(data_), extents(extents_), strides(strides_) {}
 
   // A view of const T from a view of T.
-  template <class U, class = std::enable_if_t<std::is_convertible_v<U*, T*> &&
-                                              !std::is_same_v<U, T>>>
+  template <class U,
+            class = std::enable_if_t<std::is_convertible_v<U*, T*> && !std::is_same_v<U, T>>>
   constexpr TensorView(const TensorView<U, Rank>& other)  // NOLINT: implicit by design
       : data(other.data), extents(other.extents), strides(other.strides) {}
 

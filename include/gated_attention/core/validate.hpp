@@ -39,8 +39,8 @@ Status check_view(const char* tensor, const TensorView<T, Rank>& view,
     return Status::error(StatusCode::invalid_argument, "%s: null data pointer", tensor);
   }
   const std::int64_t s = view.strides[Rank - 1];
-  const bool inner_ok = s == 1 || view.extents[Rank - 1] == 1 ||
-                        (inner == InnerStride::unit_or_broadcast && s == 0);
+  const bool inner_ok =
+      s == 1 || view.extents[Rank - 1] == 1 || (inner == InnerStride::unit_or_broadcast && s == 0);
   if (!inner_ok) {
     return Status::error(StatusCode::invalid_argument,
                          "%s: dim %d (%s): innermost stride must be %s, got %lld", tensor, Rank - 1,

@@ -30,9 +30,10 @@ class Workspace {
     if (alignment < alignof(T)) alignment = alignof(T);
     const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(buffer_);
     // In counting mode assume the worst misalignment of the (unknown) buffer start.
-    const std::size_t pad = is_counting() ? alignment - 1
-                                          : static_cast<std::size_t>(
-                                                (alignment - (base + used_) % alignment) % alignment);
+    const std::size_t pad =
+        is_counting()
+            ? alignment - 1
+            : static_cast<std::size_t>((alignment - (base + used_) % alignment) % alignment);
     const std::size_t bytes = count * sizeof(T);
     const std::size_t begin = used_ + pad;
     used_ = begin + bytes;

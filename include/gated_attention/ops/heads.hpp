@@ -17,9 +17,9 @@ TensorView<T, 5> split_heads(const TensorView<T, 4>& x, std::int64_t num_kv_head
   const std::int64_t heads = x.extents[2];
   const bool divisible = num_kv_heads > 0 && heads % num_kv_heads == 0;
   const std::int64_t group = divisible ? heads / num_kv_heads : 0;
-  return TensorView<T, 5>(x.data, {x.extents[0], x.extents[1], num_kv_heads, group, x.extents[3]},
-                          {x.strides[0], x.strides[1], group * x.strides[2], x.strides[2],
-                           x.strides[3]});
+  return TensorView<T, 5>(
+      x.data, {x.extents[0], x.extents[1], num_kv_heads, group, x.extents[3]},
+      {x.strides[0], x.strides[1], group * x.strides[2], x.strides[2], x.strides[3]});
 }
 
 }  // namespace gated_attention

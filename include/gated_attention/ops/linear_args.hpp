@@ -20,10 +20,10 @@ struct LinearArgs {
 template <class T>
 Status validate(const LinearArgs<T>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("x", args.x, {-1, -1}, {"rows", "in features"}));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("weight", args.weight, {-1, args.x.extents[1]},
-                                             {"out features", "in features"}));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("y", args.y, {args.x.extents[0], args.weight.extents[0]},
-                                             {"rows", "out features"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("weight", args.weight, {-1, args.x.extents[1]}, {"out features", "in features"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view(
+      "y", args.y, {args.x.extents[0], args.weight.extents[0]}, {"rows", "out features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("y", args.y, "x", args.x));
   return check_no_overlap("y", args.y, "weight", args.weight);
 }

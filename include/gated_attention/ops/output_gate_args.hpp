@@ -41,7 +41,7 @@ struct OutputGateArgs {
 };
 
 inline constexpr std::array<const char*, 5> kQueryHeadDims = {"batch", "length", "kv heads",
-                                                               "query heads per kv head", "dim"};
+                                                              "query heads per kv head", "dim"};
 
 template <class T>
 Status check_gate(const GateSpec<T>& gate, const std::array<std::int64_t, 5>& extents) {

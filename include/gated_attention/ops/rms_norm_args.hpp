@@ -18,7 +18,7 @@ enum class RmsNormWeight : std::uint8_t {
 
 template <class T, int Rank>
 struct RmsNormArgs {
-  TensorView<const T, Rank> x;  // [..., d]
+  TensorView<const T, Rank> x;      // [..., d]
   const T* maybe_weight = nullptr;  // [d]; null: no weight
   TensorView<T, Rank> out;          // [..., d]; may be x itself (in place)
   float eps = 1e-6f;

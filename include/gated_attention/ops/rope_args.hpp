@@ -16,16 +16,17 @@ namespace gated_attention {
 
 template <class T, int Rank>
 struct RopeArgs {
-  TensorView<const T, Rank> x;                // [b, len, heads..., d]
+  TensorView<const T, Rank> x;                  // [b, len, heads..., d]
   TensorView<const std::int64_t, 2> positions;  // [b, len] position of each token
-  TensorView<T, Rank> out;                    // [b, len, heads..., d]; may be x itself (in place)
+  TensorView<T, Rank> out;                      // [b, len, heads..., d]; may be x itself (in place)
   double theta = 10000.0;
-  std::int64_t rotary_dim = 0;                // even, <= d
+  std::int64_t rotary_dim = 0;  // even, <= d
 };
 
 // Rotary dims for a partial rotary factor (Qwen3-Next: 0.25 of 256 = 64), rounded down to even.
 inline std::int64_t rotary_dim_for(std::int64_t head_dim, double partial_rotary_factor) {
-  const auto dims = static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  const auto dims =
+      static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
   return dims - dims % 2;
 }
 
@@ -41,9 +42,8 @@ Status validate(const RopeArgs<T, Rank>& args) {
   names[Rank - 1] = "dim";
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("x", args.x, any, names));
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, args.x.extents, names));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("positions", args.positions,
-                                             {args.x.extents[0], args.x.extents[1]},
-                                             {"batch", "length"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view(
+      "positions", args.positions, {args.x.extents[0], args.x.extents[1]}, {"batch", "length"}));
   const std::int64_t d = args.x.extents[Rank - 1];
   if (args.rotary_dim < 0 || args.rotary_dim % 2 != 0 || args.rotary_dim > d) {
     return Status::error(StatusCode::invalid_argument,

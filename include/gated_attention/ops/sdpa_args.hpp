@@ -40,12 +40,12 @@ struct Mask {
 
 template <class T, class KvT = T>
 struct SdpaArgs {
-  TensorView<const T, 5> q;     // [b, q_len, kv_heads, group, dk]
-  TensorView<const KvT, 4> k;   // [b, kv_len, kv_heads, dk]
-  TensorView<const KvT, 4> v;   // [b, kv_len, kv_heads, dv]
-  TensorView<T, 5> out;         // [b, q_len, kv_heads, group, dv]
-  float scale = 0.0f;           // logit scale; 0: 1 / sqrt(dk)
-  Mask mask;                    // default: no mask
+  TensorView<const T, 5> q;                     // [b, q_len, kv_heads, group, dk]
+  TensorView<const KvT, 4> k;                   // [b, kv_len, kv_heads, dk]
+  TensorView<const KvT, 4> v;                   // [b, kv_len, kv_heads, dv]
+  TensorView<T, 5> out;                         // [b, q_len, kv_heads, group, dv]
+  float scale = 0.0f;                           // logit scale; 0: 1 / sqrt(dk)
+  Mask mask;                                    // default: no mask
   const std::int64_t* maybe_kv_lens = nullptr;  // [b] valid keys per entry, <= kv_len; null: kv_len
   const float* maybe_sink_logits = nullptr;     // [kv_heads * group] learned sink logit per head
   bool softmax_plus_one = false;                // a zero sink logit for every head

@@ -37,30 +37,31 @@ std::vector<double> project(const std::vector<double>& x, std::int64_t rows,
     for (std::int64_t o = 0; o < out; ++o) bias.push_back(as_double(maybe_bias[o]));
   }
   std::vector<double> y(static_cast<std::size_t>(rows * out));
-  Status s = linear(LinearArgs<double>{TensorView<const double, 2>::contiguous(x.data(), {rows, in}),
-                                       TensorView<const double, 2>::contiguous(w.data(), {out, in}),
-                                       maybe_bias ? bias.data() : nullptr,
-                                       TensorView<double, 2>::contiguous(y.data(), {rows, out})});
+  Status s =
+      linear(LinearArgs<double>{TensorView<const double, 2>::contiguous(x.data(), {rows, in}),
+                                TensorView<const double, 2>::contiguous(w.data(), {out, in}),
+                                maybe_bias ? bias.data() : nullptr,
+                                TensorView<double, 2>::contiguous(y.data(), {rows, out})});
   (void)s;  // shapes were validated by the caller
   return y;
 }
 
 template <class T, int Rank>
-void qk_norm(const BlockConfig& c, const TensorView<double, Rank>& x, const T* weight) {
-  if (c.qk_norm == QkNorm::none) return;
+Status qk_norm(const BlockConfig& c, const TensorView<double, Rank>& x, const T* weight) {
+  if (c.qk_norm == QkNorm::none) return Status::ok();
   std::vector<double> w;
   for (std::int64_t i = 0; i < c.head_dim; ++i) w.push_back(as_double(weight[i]));
-  RmsNormArgs<double, Rank> args{x, w.data(), x, c.rms_norm_eps,
-                                 c.qk_norm == QkNorm::rms ? RmsNormWeight::standard
-                                                          : RmsNormWeight::zero_centered};
-  (void)rms_norm(args);
+  RmsNormArgs<double, Rank> args{
+      x, w.data(), x, c.rms_norm_eps,
+      c.qk_norm == QkNorm::rms ? RmsNormWeight::standard : RmsNormWeight::zero_centered};
+  return rms_norm(args);
 }
 
 template <int Rank>
-void rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
-            const TensorView<const std::int64_t, 2>& positions) {
-  if (c.rotary_dim == 0) return;
-  (void)rope(RopeArgs<double, Rank>{x, positions, x, c.rope_theta, c.rotary_dim});
+Status rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
+              const TensorView<const std::int64_t, 2>& positions) {
+  if (c.rotary_dim == 0) return Status::ok();
+  return rope(RopeArgs<double, Rank>{x, positions, x, c.rope_theta, c.rotary_dim});
 }
 
 }  // namespace detail
@@ -71,8 +72,8 @@ void rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
 template <class T>
 Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
                      const TensorView<const T, 3>& x,
-                     const TensorView<const std::int64_t, 2>& positions, const KvCacheView<T>& cache,
-                     const TensorView<T, 3>& y) {
+                     const TensorView<const std::int64_t, 2>& positions,
+                     const KvCacheView<T>& cache, const TensorView<T, 3>& y) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("x", x, {-1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
@@ -121,14 +122,16 @@ Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
 
   const auto q_rows = TensorView<double, 3>::contiguous(qp.data(), {batch, len, c.q_proj_rows()});
   const TensorView<double, 5> q = q_view(c, q_rows);
-  const auto k = TensorView<double, 4>::contiguous(kp.data(), {batch, len, c.num_kv_heads, c.head_dim});
-  const auto v = TensorView<double, 4>::contiguous(vp.data(), {batch, len, c.num_kv_heads, c.head_dim});
+  const auto k =
+      TensorView<double, 4>::contiguous(kp.data(), {batch, len, c.num_kv_heads, c.head_dim});
+  const auto v =
+      TensorView<double, 4>::contiguous(vp.data(), {batch, len, c.num_kv_heads, c.head_dim});
 
   // QK norm and RoPE, in place.
-  detail::qk_norm(c, q, w.maybe_q_norm);
-  detail::qk_norm(c, k, w.maybe_k_norm);
-  detail::rotate(c, q, positions);
-  detail::rotate(c, k, positions);
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::qk_norm(c, q, w.maybe_q_norm));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::qk_norm(c, k, w.maybe_k_norm));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::rotate(c, q, positions));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::rotate(c, k, positions));
 
   // Append to the cache.
   std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(batch));
@@ -158,9 +161,9 @@ Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
   sdpa_args.mask = Mask::causal();
   sdpa_args.maybe_kv_lens = kv_lens.data();
   if (c.gate_mode != GateMode::none) {
-    const auto gate_rows =
-        c.has_gate_proj() ? TensorView<double, 3>::contiguous(gp.data(), {batch, len, c.gate_width()})
-                          : q_rows;
+    const auto gate_rows = c.has_gate_proj() ? TensorView<double, 3>::contiguous(
+                                                   gp.data(), {batch, len, c.gate_width()})
+                                             : q_rows;
     sdpa_args.gate.values = gate_view(c, gate_rows);
     sdpa_args.gate.activation = c.gate_activation;
   }

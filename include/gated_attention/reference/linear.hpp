@@ -13,7 +13,8 @@ Status linear(const LinearArgs<T>& args) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t o = 0; o < out; ++o) {
       double sum = args.maybe_bias ? as_double(args.maybe_bias[o]) : 0.0;
-      for (std::int64_t i = 0; i < in; ++i) sum += as_double(args.x(r, i)) * as_double(args.weight(o, i));
+      for (std::int64_t i = 0; i < in; ++i)
+        sum += as_double(args.x(r, i)) * as_double(args.weight(o, i));
       args.y(r, o) = from_double<T>(sum);
     }
   }

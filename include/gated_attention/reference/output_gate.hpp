@@ -9,7 +9,9 @@
 
 namespace gated_attention::reference {
 
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 inline double gate_activation(GateActivation activation, double g) {
   return activation == GateActivation::sigmoid ? sigmoid(g) : g * sigmoid(g);

@@ -25,8 +25,8 @@ Status rope(const RopeArgs<T, Rank>& args) {
       double value = row[i];
       if (i < args.rotary_dim) {
         const std::int64_t pair = i < half ? i : i - half;
-        const double inv_freq =
-            std::pow(args.theta, -2.0 * static_cast<double>(pair) / static_cast<double>(args.rotary_dim));
+        const double inv_freq = std::pow(
+            args.theta, -2.0 * static_cast<double>(pair) / static_cast<double>(args.rotary_dim));
         const double c = std::cos(pos * inv_freq), s = std::sin(pos * inv_freq);
         value = i < half ? row[i] * c - row[i + half] * s : row[i] * c + row[i - half] * s;
       }
