@@ -4,8 +4,8 @@
 //   peak/read_bw/<shape>/threads:<n>  counter bytes_per_second: a streaming read of exactly the
 //                                     K/V bytes of that decode shape
 #include <benchmark/benchmark.h>
-#include <gated_attention/gated_attention.hpp>
 #include <immintrin.h>
+#include <gated_attention/gated_attention.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -45,7 +45,8 @@ Run run_block(ga::BlockConfig config, std::int64_t prefill, std::int64_t decode)
   config.q_gate_layout = ga::QGateLayout::separate;
   std::vector<float> gate_proj(static_cast<std::size_t>(config.gate_width() * hidden));
   for (std::int64_t r = 0; r < config.gate_width(); ++r) {
-    const std::int64_t source = config.gate_mode == ga::GateMode::headwise ? r * config.head_dim : r;
+    const std::int64_t source =
+        config.gate_mode == ga::GateMode::headwise ? r * config.head_dim : r;
     std::copy_n(gate_rows.begin() + source * hidden, hidden, gate_proj.begin() + r * hidden);
   }
   ga::BlockWeights<float> w;
@@ -76,14 +77,17 @@ Run run_block(ga::BlockConfig config, std::int64_t prefill, std::int64_t decode)
     for (std::int64_t t = 0; t < count; ++t) positions[t] = first + t;
     const auto begin = std::chrono::steady_clock::now();
     const ga::Status s = ga::reference::block_forward(
-        config, w, ga::TensorView<const float, 3>::contiguous(x.data() + first * hidden, {1, count, hidden}),
+        config, w,
+        ga::TensorView<const float, 3>::contiguous(x.data() + first * hidden, {1, count, hidden}),
         ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {1, count}), cache,
-        ga::TensorView<float, 3>::contiguous(run.outputs.data() + first * hidden, {1, count, hidden}));
+        ga::TensorView<float, 3>::contiguous(run.outputs.data() + first * hidden,
+                                             {1, count, hidden}));
     if (!s.is_ok()) {
       std::fprintf(stderr, "block_forward: %s\n", s.message());
       std::exit(1);
     }
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+        .count();
   };
   run.prefill_ms = step(0, prefill);
   double decode_ms = 0;
@@ -122,15 +126,17 @@ int main(int argc, char** argv) {
   config.qk_norm = ga::QkNorm::zero_centered_rms;
 
   std::printf("gated vs ungated attention block, reference path (double accumulation)\n");
-  std::printf("hidden %lld, heads %lld/%lld, head dim %lld, rotary %lld, prefill %lld + decode %lld\n\n",
-              static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_q_heads),
-              static_cast<long long>(config.num_kv_heads), static_cast<long long>(config.head_dim),
-              static_cast<long long>(config.rotary_dim), static_cast<long long>(prefill),
-              static_cast<long long>(decode));
+  std::printf(
+      "hidden %lld, heads %lld/%lld, head dim %lld, rotary %lld, prefill %lld + decode %lld\n\n",
+      static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_q_heads),
+      static_cast<long long>(config.num_kv_heads), static_cast<long long>(config.head_dim),
+      static_cast<long long>(config.rotary_dim), static_cast<long long>(prefill),
+      static_cast<long long>(decode));
   std::printf("%-12s %12s %14s %12s %16s\n", "gate", "prefill ms", "decode ms/tok", "output rms",
               "rms change vs none");
   Run ungated;
-  for (ga::GateMode mode : {ga::GateMode::none, ga::GateMode::headwise, ga::GateMode::elementwise}) {
+  for (ga::GateMode mode :
+       {ga::GateMode::none, ga::GateMode::headwise, ga::GateMode::elementwise}) {
     config.gate_mode = mode;
     const Run r = run_block(config, prefill, decode);
     if (mode == ga::GateMode::none) ungated = r;

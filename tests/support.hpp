@@ -15,8 +15,12 @@ inline std::uint64_t& test_seed_storage() {
   static std::uint64_t seed = 20251130;
   return seed;
 }
-inline void set_test_seed(std::uint64_t seed) { test_seed_storage() = seed; }
-inline std::uint64_t test_seed() { return test_seed_storage(); }
+inline void set_test_seed(std::uint64_t seed) {
+  test_seed_storage() = seed;
+}
+inline std::uint64_t test_seed() {
+  return test_seed_storage();
+}
 
 // A generator per test case: the global seed mixed with a per-case salt, so cases stay independent.
 inline std::mt19937_64 make_rng(std::uint64_t salt) {

@@ -94,8 +94,8 @@ TEST_CASE("check_view reports tensor, dimension, expected and got", "[core][vali
 
   const ga::TensorView<const float, 3> broadcast(buf.data(), {2, 3, 4}, {12, 4, 0});
   CHECK_FALSE(ga::check_view("x", broadcast, {2, 3, 4}, names).is_ok());
-  CHECK(ga::check_view("x", broadcast, {2, 3, 4}, names, ga::InnerStride::unit_or_broadcast)
-            .is_ok());
+  CHECK(
+      ga::check_view("x", broadcast, {2, 3, 4}, names, ga::InnerStride::unit_or_broadcast).is_ok());
 
   const ga::TensorView<const float, 3> null_view(nullptr, {2, 3, 4}, {12, 4, 1});
   CHECK(std::string(ga::check_view("x", null_view, {2, 3, 4}, names).message()) ==

@@ -22,9 +22,18 @@ struct Problem {
 
   Problem(std::int64_t b, std::int64_t ql, std::int64_t kl, std::int64_t hq_, std::int64_t hkv_,
           std::int64_t dk_, std::int64_t dv_, std::uint64_t salt)
-      : batch(b), q_len(ql), kv_len(kl), hq(hq_), hkv(hkv_), dk(dk_), dv(dv_),
-        q({b, ql, hq_, dk_}), k({b, kl, hkv_, dk_}), v({b, kl, hkv_, dv_}),
-        out({b, ql, hq_, dv_}), lse({b, ql, hkv_, hq_ / hkv_}) {
+      : batch(b),
+        q_len(ql),
+        kv_len(kl),
+        hq(hq_),
+        hkv(hkv_),
+        dk(dk_),
+        dv(dv_),
+        q({b, ql, hq_, dk_}),
+        k({b, kl, hkv_, dk_}),
+        v({b, kl, hkv_, dv_}),
+        out({b, ql, hq_, dv_}),
+        lse({b, ql, hkv_, hq_ / hkv_}) {
     auto rng = ga::testing::make_rng(salt);
     q = Tensor<double, 4>({b, ql, hq_, dk_}, rng, -2.0, 2.0);
     k = Tensor<double, 4>({b, kl, hkv_, dk_}, rng, -2.0, 2.0);
@@ -202,7 +211,8 @@ TEST_CASE("A sink logit scales the output by Z / (Z + e^sink)", "[reference][sdp
   for (int i = 0; i < 2; ++i) {
     const double z = std::exp(static_cast<double>(lse[i]));
     const double factor = z / (z + std::exp(0.7));
-    for (int d = 0; d < 4; ++d) CHECK(p.out.data[i * 4 + d] == Approx(plain[i * 4 + d] * factor).epsilon(1e-6));
+    for (int d = 0; d < 4; ++d)
+      CHECK(p.out.data[i * 4 + d] == Approx(plain[i * 4 + d] * factor).epsilon(1e-6));
     CHECK(p.lse.data[i] == Approx(std::log(z + std::exp(0.7))).epsilon(1e-6));
   }
 }
@@ -269,7 +279,8 @@ TEST_CASE("Causal chunk of the last queries equals the last rows of the full att
   run(ac);
   for (int i = 0; i < 3; ++i) {
     for (int h = 0; h < 2; ++h) {
-      for (int d = 0; d < 8; ++d) CHECK(chunk.out.view()(0, i, h, d) == full.out.view()(0, 7 + i, h, d));
+      for (int d = 0; d < 8; ++d)
+        CHECK(chunk.out.view()(0, i, h, d) == full.out.view()(0, 7 + i, h, d));
     }
   }
 }
@@ -292,7 +303,8 @@ TEST_CASE("Sliding window equals attention over the window's keys only", "[refer
       }
     }
     run(s.args());
-    for (int d = 0; d < 8; ++d) CHECK(p.out.view()(0, i, 0, d) == Approx(s.out.data[d]).epsilon(1e-13));
+    for (int d = 0; d < 8; ++d)
+      CHECK(p.out.view()(0, i, 0, d) == Approx(s.out.data[d]).epsilon(1e-13));
   }
   // Window right of the query (non-causal band): with left = right = 1 row 0 sees keys 0 and 1.
   auto band = p.args();
@@ -303,7 +315,8 @@ TEST_CASE("Sliding window equals attention over the window's keys only", "[refer
   std::copy(p.k.data.begin(), p.k.data.begin() + 16, s.k.data.begin());
   std::copy(p.v.data.begin(), p.v.data.begin() + 16, s.v.data.begin());
   run(s.args());
-  for (int d = 0; d < 8; ++d) CHECK(p.out.view()(0, 0, 0, d) == Approx(s.out.data[d]).epsilon(1e-13));
+  for (int d = 0; d < 8; ++d)
+    CHECK(p.out.view()(0, 0, 0, d) == Approx(s.out.data[d]).epsilon(1e-13));
 }
 
 TEST_CASE("Per-batch kv lengths equal running each entry on its valid keys", "[reference][sdpa]") {
@@ -357,7 +370,8 @@ TEST_CASE("Log-sum-exp merges partial results over disjoint key sets", "[referen
       const double m = std::max(l1, l2);
       const double w1 = std::exp(l1 - m), w2 = std::exp(l2 - m);
       for (int d = 0; d < 5; ++d) {
-        const double merged = (w1 * part1.out.view()(0, i, h, d) + w2 * part2.out.view()(0, i, h, d)) / (w1 + w2);
+        const double merged =
+            (w1 * part1.out.view()(0, i, h, d) + w2 * part2.out.view()(0, i, h, d)) / (w1 + w2);
         CHECK(merged == Approx(full.out.view()(0, i, h, d)).epsilon(1e-6));
       }
       CHECK(full.lse.view()(0, i, 0, h) == Approx(m + std::log(w1 + w2)).epsilon(1e-6));
