@@ -12,7 +12,7 @@ namespace gated_attention {
 template <class T>
 struct LinearArgs {
   TensorView<const T, 2> x;       // [rows, in]
-  TensorView<const T, 2> weight;  // [out, in]
+  TensorView<const T, 2> weight;  // [out, in], stride 1 over in (PyTorch's row-major weight)
   const T* maybe_bias = nullptr;  // [out]; null: no bias
   TensorView<T, 2> y;             // [rows, out]
 };
