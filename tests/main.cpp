@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     seed = session.configData().rngSeed;
   }
   gated_attention::testing::set_test_seed(seed);
-  std::printf("gated_attention tests: seed %llu (set GATED_ATTENTION_TEST_SEED to replay)\n",
-              static_cast<unsigned long long>(seed));
+  std::fprintf(stderr,
+               "gated_attention tests: seed %llu (set GATED_ATTENTION_TEST_SEED to replay)\n",
+               static_cast<unsigned long long>(seed));
   return session.run();
 }
