@@ -1,0 +1,198 @@
+// CPU feature detection and the ISA paths the kernels can take.
+//
+// The path is chosen once per op call: the best path this CPU supports, capped by
+// set_isa_limit() and by the environment variable GATED_ATTENTION_ISA (scalar, avx2, avx512,
+// neon; read once, at the first call). On x86 the OS must also enable the registers (XCR0).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define GATED_ATTENTION_X86 1
+#if defined(_MSC_VER)
+#include <intrin.h>
+#else
+#include <cpuid.h>
+#endif
+#elif defined(__aarch64__)
+#define GATED_ATTENTION_AARCH64 1
+#endif
+
+namespace gated_attention {
+
+// Ordered by capability within an architecture; a limit caps at that level.
+enum class Isa : std::uint8_t {
+  scalar = 0,
+  neon = 1,    // aarch64 Advanced SIMD
+  avx2 = 2,    // AVX2 + FMA + F16C
+  avx512 = 3,  // AVX-512 F/BW/DQ/VL
+};
+
+inline const char* to_string(Isa isa) {
+  switch (isa) {
+    case Isa::scalar:
+      return "scalar";
+    case Isa::neon:
+      return "neon";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+inline bool parse_isa(const char* name, Isa* isa) {
+  for (Isa candidate : {Isa::scalar, Isa::neon, Isa::avx2, Isa::avx512}) {
+    if (name != nullptr && std::strcmp(name, to_string(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
+  bool avx512_bf16 = false, amx_tile = false, amx_bf16 = false;
+  bool neon = false;
+};
+
+namespace detail {
+
+#if GATED_ATTENTION_X86
+inline void cpuid(unsigned leaf, unsigned subleaf, unsigned regs[4]) {
+#if defined(_MSC_VER)
+  int r[4];
+  __cpuidex(r, static_cast<int>(leaf), static_cast<int>(subleaf));
+  for (int i = 0; i < 4; ++i) regs[i] = static_cast<unsigned>(r[i]);
+#else
+  __cpuid_count(leaf, subleaf, regs[0], regs[1], regs[2], regs[3]);
+#endif
+}
+
+inline std::uint64_t xgetbv0() {
+#if defined(_MSC_VER)
+  return _xgetbv(0);
+#else
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+#endif
+}
+#endif
+
+inline CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if GATED_ATTENTION_X86
+  unsigned r[4] = {};
+  cpuid(0, 0, r);
+  const unsigned max_leaf = r[0];
+  if (max_leaf < 1) return f;
+  cpuid(1, 0, r);
+  const bool osxsave = (r[2] >> 27) & 1;
+  const bool avx = (r[2] >> 28) & 1;
+  f.fma = (r[2] >> 12) & 1;
+  f.f16c = (r[2] >> 29) & 1;
+  if (!osxsave || !avx) return CpuFeatures{};
+  const std::uint64_t xcr0 = xgetbv0();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;          // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;        // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool amx_state = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
+  if (!ymm_state) return CpuFeatures{};
+  if (max_leaf >= 7) {
+    cpuid(7, 0, r);
+    f.avx2 = (r[1] >> 5) & 1;
+    if (zmm_state) {
+      f.avx512f = (r[1] >> 16) & 1;
+      f.avx512dq = (r[1] >> 17) & 1;
+      f.avx512bw = (r[1] >> 30) & 1;
+      f.avx512vl = (r[1] >> 31) & 1;
+    }
+    f.amx_bf16 = amx_state && ((r[3] >> 22) & 1);
+    f.amx_tile = amx_state && ((r[3] >> 24) & 1);
+    unsigned r1[4] = {};
+    cpuid(7, 1, r1);
+    f.avx512_bf16 = zmm_state && ((r1[0] >> 5) & 1);
+  }
+#elif GATED_ATTENTION_AARCH64
+  f.neon = true;  // Advanced SIMD is mandatory on aarch64
+#endif
+  return f;
+}
+
+inline Isa best_isa(const CpuFeatures& f) {
+  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.fma) return Isa::avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::avx2;
+  if (f.neon) return Isa::neon;
+  return Isa::scalar;
+}
+
+// 0xff: no limit.
+inline std::atomic<std::uint8_t>& isa_limit_storage() {
+  static std::atomic<std::uint8_t> limit{0xff};
+  return limit;
+}
+
+inline std::uint8_t environment_isa_limit() {
+  static const std::uint8_t limit = [] {
+    Isa isa;
+    return parse_isa(std::getenv("GATED_ATTENTION_ISA"), &isa) ? static_cast<std::uint8_t>(isa)
+                                                               : std::uint8_t{0xff};
+  }();
+  return limit;
+}
+
+}  // namespace detail
+
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detail::detect_cpu_features();
+  return features;
+}
+
+// The best path this CPU supports, ignoring every limit.
+inline Isa supported_isa() {
+  return detail::best_isa(cpu_features());
+}
+
+// Caps the path for the whole process (tests use it to force each path). A level the CPU lacks
+// falls back to the best supported one below it.
+inline void set_isa_limit(Isa limit) {
+  detail::isa_limit_storage().store(static_cast<std::uint8_t>(limit), std::memory_order_relaxed);
+}
+inline void clear_isa_limit() {
+  detail::isa_limit_storage().store(0xff, std::memory_order_relaxed);
+}
+
+// Whether the kernels of `isa` can run here (the CPU and this build support them).
+inline bool isa_available(Isa isa) {
+  switch (isa) {
+    case Isa::scalar:
+      return true;
+    case Isa::neon:
+      return supported_isa() == Isa::neon;
+    case Isa::avx2:
+      return supported_isa() == Isa::avx2 || supported_isa() == Isa::avx512;
+    case Isa::avx512:
+      return supported_isa() == Isa::avx512;
+  }
+  return false;
+}
+
+// The path op calls take now.
+inline Isa active_isa() {
+  const std::uint8_t cap = static_cast<std::uint8_t>(
+      std::min<unsigned>(detail::isa_limit_storage().load(std::memory_order_relaxed),
+                         detail::environment_isa_limit()));
+  for (int level = std::min<int>(cap, static_cast<int>(Isa::avx512)); level > 0; --level) {
+    if (isa_available(static_cast<Isa>(level))) return static_cast<Isa>(level);
+  }
+  return Isa::scalar;
+}
+
+}  // namespace gated_attention

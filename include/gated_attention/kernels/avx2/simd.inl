@@ -1,0 +1,42 @@
+// AVX2 + FMA f32 vectors for the generic kernels (included inside kernels::avx2 and its target
+// region by kernels/avx2/kernels.hpp).
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Simd {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kKeyBlock = 6;  // 16 ymm registers: 6 x 2 accumulators + operands
+  static constexpr int kRowVectors = 2;
+  static constexpr int kRowBlock = 6;
+  static constexpr int kDimVectors = 2;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static __m256i first(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load_partial(const float* p, int n) { return _mm256_maskload_ps(p, first(n)); }
+  static void store_partial(float* p, V v, int n) { _mm256_maskstore_ps(p, first(n), v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V round_nearest(V x) {
+    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static V pow2_integral(V n) {
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                            _mm256_set1_epi32(127)), 23);
+    return _mm256_castsi256_ps(bits);
+  }
+  static V select_less(V a, V b, V if_less, V otherwise) {
+    return _mm256_blendv_ps(otherwise, if_less, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+  }
+};

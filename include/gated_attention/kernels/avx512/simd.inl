@@ -1,0 +1,42 @@
+// AVX-512 f32 vectors for the generic kernels (included inside kernels::avx512 and its target
+// region by kernels/avx512/kernels.hpp).
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Simd {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kKeyBlock = 8;    // S^T microkernel: keys x row vectors
+  static constexpr int kRowVectors = 2;  //   8 x 2 = 16 accumulators of 32
+  static constexpr int kRowBlock = 8;    // P.V microkernel: rows x dv vectors
+  static constexpr int kDimVectors = 2;  //   8 x 2 = 16 accumulators
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static __mmask16 first(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+  static V load_partial(const float* p, int n) { return _mm512_maskz_loadu_ps(first(n), p); }
+  static void store_partial(float* p, V v, int n) { _mm512_mask_storeu_ps(p, first(n), v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V round_nearest(V x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // 2^n for integral n in [-126, 127].
+  static V pow2_integral(V n) {
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n),
+                                                            _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(bits);
+  }
+  // a < b ? if_less : otherwise, per lane.
+  static V select_less(V a, V b, V if_less, V otherwise) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), otherwise, if_less);
+  }
+};

@@ -1,0 +1,425 @@
+// The SDPA kernels, written once over the `Simd` vector type of the enclosing ISA namespace
+// (Highway-style: this file is included inside kernels::scalar, kernels::avx2, ... and their
+// target regions).
+//
+// Per task (a unit of rows, or one key split of it):
+//   1. pack the rows' queries transposed, pre-scaled by scale * log2(e): q_t [dk, rows]
+//   2. for each block of kKvBlock visible keys:
+//        S^T [keys, rows] = K_block q_t   keys broadcast from the K rows in place (no K packing);
+//                                          rows lie along vector lanes, so the softmax below is
+//                                          vertical: no horizontal reductions
+//        mask only blocks that straddle a row's visible range (diagonal blocks)
+//        online softmax in log2 units; rescale a row's output only when its max rose
+//        O [rows, dv] += P V_block          values read in place
+//   3. normalise, add sinks, write log-sum-exp, apply the output gate, store; or, for a split
+//      unit, store the partial (O, max, sum) for the merge phase.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+// 2^x in f32 lanes: degree-7 polynomial on the fraction, max relative error 2e-7 (measured in
+// tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates at 2^126.
+inline Simd::V exp2_lanes(Simd::V x) {
+  using S = Simd;
+  const S::V lowest = S::set1(-126.0f);
+  const S::V clamped = S::min(S::max(x, lowest), S::set1(126.0f));
+  const S::V n = S::round_nearest(clamped);
+  const S::V f = S::sub(clamped, n);  // [-0.5, 0.5]
+  S::V p = S::set1(1.5252734e-05f);
+  p = S::fma(p, f, S::set1(1.5403530e-04f));
+  p = S::fma(p, f, S::set1(1.3333558e-03f));
+  p = S::fma(p, f, S::set1(9.6181291e-03f));
+  p = S::fma(p, f, S::set1(5.5504109e-02f));
+  p = S::fma(p, f, S::set1(2.4022651e-01f));
+  p = S::fma(p, f, S::set1(6.9314718e-01f));
+  p = S::fma(p, f, S::set1(1.0f));
+  return S::select_less(x, lowest, S::zero(), S::mul(p, S::pow2_integral(n)));
+}
+
+// sigmoid(x) = 1 / (1 + 2^(-x log2 e)); saturates without overflow or denormals.
+inline Simd::V sigmoid_lanes(Simd::V x) {
+  using S = Simd;
+  const S::V one = S::set1(1.0f);
+  return S::div(one, S::add(one, exp2_lanes(S::mul(x, S::set1(-kLog2e)))));
+}
+
+inline Simd::V gate_lanes(Simd::V attn, Simd::V g, GateActivation activation, GateCombine combine) {
+  using S = Simd;
+  S::V act = sigmoid_lanes(g);
+  if (activation == GateActivation::silu) act = S::mul(g, act);
+  return combine == GateCombine::multiply ? S::mul(attn, act) : S::add(attn, act);
+}
+
+template <class T, class KvT, int kDk, int kDv>
+struct SdpaKernel {
+  static_assert(std::is_same_v<T, float> && std::is_same_v<KvT, float>,
+                "f32 kernels; other element types convert in the packing steps");
+  using S = Simd;
+  using V = S::V;
+  static constexpr int L = S::kLanes;
+
+  // S^T[k, r] for KB keys and RV row vectors: acc = sum_d K[k, d] * q_t[d, r].
+  template <int KB, int RV>
+  static void score_tile(const KvT* keys, std::int64_t key_stride, const float* q_t,
+                         std::int64_t row_stride, std::int64_t dk, float* scores) {
+    V acc[KB][RV];
+    for (int k = 0; k < KB; ++k) {
+      for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
+    }
+    for (std::int64_t d = 0; d < dk; ++d) {
+      V q[RV];
+      for (int v = 0; v < RV; ++v) q[v] = S::load(q_t + d * row_stride + v * L);
+      for (int k = 0; k < KB; ++k) {
+        const V kb = S::set1(keys[k * key_stride + d]);
+        for (int v = 0; v < RV; ++v) acc[k][v] = S::fma(kb, q[v], acc[k][v]);
+      }
+    }
+    for (int k = 0; k < KB; ++k) {
+      for (int v = 0; v < RV; ++v) S::store(scores + k * row_stride + v * L, acc[k][v]);
+    }
+  }
+
+  template <int KB, int RV>
+  static void score_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                         const float* q_t, std::int64_t row_stride, std::int64_t dk,
+                         float* scores) {
+    std::int64_t n = 0;
+    for (; n + KB <= num_keys; n += KB) {
+      score_tile<KB, RV>(keys + n * key_stride, key_stride, q_t, row_stride, dk,
+                         scores + n * row_stride);
+    }
+    for (; n < num_keys; ++n) {
+      score_tile<1, RV>(keys + n * key_stride, key_stride, q_t, row_stride, dk,
+                        scores + n * row_stride);
+    }
+  }
+
+  // S^T [num_keys, rows_v] for the row vectors of q_t.
+  static void scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                     const float* q_t, std::int64_t row_stride, std::int64_t rows_v,
+                     std::int64_t dk, float* s) {
+    constexpr int RV = S::kRowVectors;
+    std::int64_t r = 0;
+    for (; r + RV * L <= rows_v; r += RV * L) {
+      score_rows<S::kKeyBlock, RV>(keys, key_stride, num_keys, q_t + r, row_stride, dk, s + r);
+    }
+    for (; r < rows_v; r += L) {
+      score_rows<S::kKeyBlock * RV, 1>(keys, key_stride, num_keys, q_t + r, row_stride, dk,
+                                       s + r);
+    }
+  }
+
+  // O[r, c..] += sum_n P^T[n, r] V[n, c..] for RB rows and CV dv vectors (the last one partial
+  // when tail > 0).
+  template <int RB, int CV>
+  static void value_tile(const float* p, std::int64_t row_stride, const KvT* values,
+                         std::int64_t value_stride, std::int64_t num_keys, float* out,
+                         std::int64_t out_stride, int tail) {
+    V acc[RB][CV];
+    for (int r = 0; r < RB; ++r) {
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
+    }
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      V v[CV];
+      for (int c = 0; c < CV; ++c) {
+        v[c] = (tail > 0 && c == CV - 1) ? S::load_partial(row + c * L, tail)
+                                         : S::load(row + c * L);
+      }
+      for (int r = 0; r < RB; ++r) {
+        const V pb = S::set1(p[n * row_stride + r]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+    }
+  }
+
+  template <int CV, int RB = S::kRowBlock>
+  static void value_rows_remainder(std::int64_t count, const float* p, std::int64_t row_stride,
+                                   const KvT* values, std::int64_t value_stride,
+                                   std::int64_t num_keys, float* out, std::int64_t out_stride,
+                                   int tail) {
+    if constexpr (RB > 0) {
+      if (count == RB) {
+        value_tile<RB, CV>(p, row_stride, values, value_stride, num_keys, out, out_stride, tail);
+      } else {
+        value_rows_remainder<CV, RB - 1>(count, p, row_stride, values, value_stride, num_keys,
+                                         out, out_stride, tail);
+      }
+    }
+  }
+
+  template <int CV>
+  static void value_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
+                         const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                         float* out, std::int64_t out_stride, int tail) {
+    constexpr int RB = S::kRowBlock;
+    std::int64_t r = 0;
+    for (; r + RB <= rows; r += RB) {
+      value_tile<RB, CV>(p + r, row_stride, values, value_stride, num_keys, out + r * out_stride,
+                         out_stride, tail);
+    }
+    if (r < rows) {
+      value_rows_remainder<CV>(rows - r, p + r, row_stride, values, value_stride, num_keys,
+                               out + r * out_stride, out_stride, tail);
+    }
+  }
+
+  static void accumulate_values(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                const KvT* values, std::int64_t value_stride,
+                                std::int64_t num_keys, std::int64_t dv, float* out,
+                                std::int64_t out_stride) {
+    constexpr int CV = S::kDimVectors;
+    std::int64_t c = 0;
+    for (; c + CV * L <= dv; c += CV * L) {
+      value_rows<CV>(rows, p, row_stride, values + c, value_stride, num_keys, out + c,
+                     out_stride, 0);
+    }
+    for (; c < dv; c += L) {
+      const int tail = dv - c < L ? static_cast<int>(dv - c) : 0;
+      value_rows<1>(rows, p, row_stride, values + c, value_stride, num_keys, out + c, out_stride,
+                    tail);
+    }
+  }
+
+  // Online softmax over one block of scores (log2 units), in place: S^T becomes P^T.
+  static void softmax_block(float* s, std::int64_t num_keys, std::int64_t rows_v,
+                            std::int64_t row_stride, float* max, float* sum, float* alpha) {
+    const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
+    const V lowest = S::set1(std::numeric_limits<float>::lowest());
+    for (std::int64_t r = 0; r < rows_v; r += L) {
+      V block_max = neg_inf;
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        block_max = S::max(block_max, S::load(s + n * row_stride + r));
+      }
+      const V old_max = S::load(max + r);
+      const V new_max = S::max(old_max, block_max);
+      const V shift = S::max(new_max, lowest);  // rows with no key yet: exp2(-inf - lowest) = 0
+      const V a = exp2_lanes(S::sub(old_max, shift));
+      S::store(max + r, new_max);
+      S::store(alpha + r, a);
+      V block_sum = S::zero();
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        const V e = exp2_lanes(S::sub(S::load(s + n * row_stride + r), shift));
+        S::store(s + n * row_stride + r, e);
+        block_sum = S::add(block_sum, e);
+      }
+      S::store(sum + r, S::fma(S::load(sum + r), a, block_sum));
+    }
+  }
+
+  static void scale_row(float* row, std::int64_t n, float factor) {
+    const V f = S::set1(factor);
+    for (std::int64_t c = 0; c < n; c += L) S::store(row + c, S::mul(S::load(row + c), f));
+  }
+
+  // Normalises one row, adds the sink, writes lse, applies the gate and stores the output.
+  static void finalize_row(const SdpaContext<T, KvT>& ctx, const SdpaUnit& u, std::int64_t i,
+                           std::int64_t j, const float* o, float max, float sum,
+                           std::int64_t dv) {
+    const SdpaArgs<T, KvT>& a = *ctx.args;
+    const std::int64_t head = u.kv_head * a.q.extents[3] + j;
+    float scale = 1.0f;
+    if (a.maybe_sink_logits != nullptr || a.softmax_plus_one) {
+      const float sink = (a.maybe_sink_logits ? a.maybe_sink_logits[head] : 0.0f) * kLog2e;
+      if (sink != -std::numeric_limits<float>::infinity()) {
+        const float new_max = std::max(max, sink);
+        scale = std::exp2(max - new_max);
+        sum = sum * scale + std::exp2(sink - new_max);
+        max = new_max;
+      }
+    }
+    const float inv = sum > 0.0f ? scale / sum : 0.0f;
+    if (a.maybe_lse.data != nullptr) {
+      a.maybe_lse(u.batch, i, u.kv_head, j) =
+          sum > 0.0f ? (max + std::log2(sum)) * kLn2 : -std::numeric_limits<float>::infinity();
+    }
+    T* out = &a.out(u.batch, i, u.kv_head, j, 0);
+    const V inv_v = S::set1(inv);
+    const bool gated = a.gate.enabled();
+    const T* gate = gated ? &a.gate.values(u.batch, i, u.kv_head, j, 0) : nullptr;
+    const bool gate_broadcast = gated && a.gate.values.strides[4] == 0;
+    for (std::int64_t c = 0; c < dv; c += L) {
+      const int n = dv - c < L ? static_cast<int>(dv - c) : L;
+      V x = S::mul(S::load(o + c), inv_v);
+      if (gated) {
+        const V g = gate_broadcast ? S::set1(*gate)
+                                   : (n < L ? S::load_partial(gate + c, n) : S::load(gate + c));
+        x = gate_lanes(x, g, a.gate.activation, a.gate.combine);
+      }
+      if (n < L) {
+        S::store_partial(out + c, x, n);
+      } else {
+        S::store(out + c, x);
+      }
+    }
+  }
+
+  static void task(void* context, std::int64_t task_index, int worker) {
+    const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
+    const SdpaArgs<T, KvT>& a = *ctx.args;
+    const SdpaPlan& p = *ctx.plan;
+    const SdpaWorkerScratch& w = ctx.layout->workers[worker];
+    const std::int64_t dk = kDk > 0 ? kDk : p.dk;
+    const std::int64_t dv = kDv > 0 ? kDv : p.dv;
+    const std::int64_t unit_index = task_index / p.splits, split = task_index % p.splits;
+    const SdpaUnit u = decode_unit(p, unit_index);
+    const std::int64_t g = p.group, rs = p.row_stride, dvp = p.dv_padded;
+    const std::int64_t i0 = u.q_block * p.q_block;
+    const std::int64_t nq = std::min(p.q_block, p.q_len - i0);
+    const std::int64_t rows = nq * g;
+    const std::int64_t rows_v = round_up(rows, L);
+    const std::int64_t valid = a.maybe_kv_lens ? a.maybe_kv_lens[u.batch] : p.kv_len;
+
+    // Visible keys per row, by index arithmetic, and their union.
+    std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = -1;
+    for (std::int64_t qi = 0; qi < nq; ++qi) {
+      const std::int64_t pos = i0 + qi + valid - p.q_len;
+      const std::int64_t lo =
+          a.mask.window_left < 0 ? 0 : std::max<std::int64_t>(0, pos - a.mask.window_left);
+      const std::int64_t hi =
+          a.mask.window_right < 0 ? valid - 1 : std::min(valid - 1, pos + a.mask.window_right);
+      if (lo <= hi) {
+        first = std::min(first, lo);
+        last = std::max(last, hi);
+      }
+      for (std::int64_t j = 0; j < g; ++j) {
+        w.key_lo[qi * g + j] = lo;
+        w.key_hi[qi * g + j] = hi;
+      }
+    }
+    for (std::int64_t r = rows; r < rows_v; ++r) {
+      w.key_lo[r] = 1;
+      w.key_hi[r] = 0;
+    }
+    std::int64_t begin = last >= first ? first : 0, end = last >= first ? last + 1 : 0;
+    if (p.splits > 1) {
+      const std::int64_t chunk = round_up((end - begin + p.splits - 1) / p.splits, kKvBlock);
+      const std::int64_t split_begin = std::min(end, begin + split * chunk);
+      end = std::min(end, split_begin + chunk);
+      begin = split_begin;
+    }
+
+    for (std::int64_t r = 0; r < rows_v; ++r) {
+      w.max[r] = -std::numeric_limits<float>::infinity();
+      w.sum[r] = 0.0f;
+    }
+    std::fill(w.out, w.out + rows_v * dvp, 0.0f);
+
+    if (begin < end) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* q = &a.q(u.batch, i0 + r / g, u.kv_head, r % g, 0);
+        for (std::int64_t d = 0; d < dk; ++d) w.q_t[d * rs + r] = q[d] * ctx.scale_log2;
+      }
+      for (std::int64_t d = 0; d < dk; ++d) {
+        for (std::int64_t r = rows; r < rows_v; ++r) w.q_t[d * rs + r] = 0.0f;
+      }
+      const KvT* k_base = &a.k(u.batch, 0, u.kv_head, 0);
+      const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
+      const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
+      for (std::int64_t n0 = begin; n0 < end; n0 += kKvBlock) {
+        const std::int64_t nb = std::min(kKvBlock, end - n0);
+        const std::int64_t n1 = n0 + nb - 1;
+        bool any = false, full = true;
+        for (std::int64_t r = 0; r < rows; r += g) {
+          if (w.key_lo[r] > w.key_hi[r] || w.key_hi[r] < n0 || w.key_lo[r] > n1) {
+            full = false;
+            continue;
+          }
+          any = true;
+          if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
+        }
+        if (!any) continue;
+        scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rs, rows_v, dk, w.scores);
+        if (!full) {
+          for (std::int64_t n = 0; n < nb; ++n) {
+            for (std::int64_t r = 0; r < rows_v; ++r) {
+              if (n0 + n < w.key_lo[r] || n0 + n > w.key_hi[r]) {
+                w.scores[n * rs + r] = -std::numeric_limits<float>::infinity();
+              }
+            }
+          }
+        }
+        softmax_block(w.scores, nb, rows_v, rs, w.max, w.sum, w.alpha);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          if (w.alpha[r] != 1.0f) scale_row(w.out + r * dvp, dvp, w.alpha[r]);
+        }
+        accumulate_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb, dv, w.out,
+                          dvp);
+      }
+    }
+
+    if (p.splits == 1) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        finalize_row(ctx, u, i0 + r / g, r % g, w.out + r * dvp, w.max[r], w.sum[r], dv);
+      }
+    } else {
+      const SdpaLayout& l = *ctx.layout;
+      std::copy(w.out, w.out + rows * dvp, l.partial_out + task_index * rs * dvp);
+      std::copy(w.max, w.max + rows, l.partial_max + task_index * rs);
+      std::copy(w.sum, w.sum + rows, l.partial_sum + task_index * rs);
+    }
+  }
+};
+
+// Phase 2 of split units: merges the splits' partial results by log-sum-exp, then finalises.
+template <class T, class KvT>
+void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
+  using Kernel = SdpaKernel<T, KvT, 0, 0>;
+  using S = Simd;
+  const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
+  const SdpaPlan& p = *ctx.plan;
+  const SdpaLayout& l = *ctx.layout;
+  const SdpaWorkerScratch& w = l.workers[worker];
+  const SdpaUnit u = decode_unit(p, unit_index);
+  const std::int64_t g = p.group, rs = p.row_stride, dvp = p.dv_padded;
+  const std::int64_t i0 = u.q_block * p.q_block;
+  const std::int64_t rows = std::min(p.q_block, p.q_len - i0) * g;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float max = -std::numeric_limits<float>::infinity();
+    for (std::int64_t s = 0; s < p.splits; ++s) {
+      max = std::max(max, l.partial_max[(unit_index * p.splits + s) * rs + r]);
+    }
+    float sum = 0.0f;
+    float* o = w.out;
+    std::fill(o, o + dvp, 0.0f);
+    if (max != -std::numeric_limits<float>::infinity()) {
+      for (std::int64_t s = 0; s < p.splits; ++s) {
+        const std::int64_t t = unit_index * p.splits + s;
+        const float weight = std::exp2(l.partial_max[t * rs + r] - max);
+        if (weight == 0.0f) continue;
+        sum += weight * l.partial_sum[t * rs + r];
+        const float* po = l.partial_out + (t * rs + r) * dvp;
+        const typename S::V wv = S::set1(weight);
+        for (std::int64_t c = 0; c < dvp; c += S::kLanes) {
+          S::store(o + c, S::fma(wv, S::load(po + c), S::load(o + c)));
+        }
+      }
+    }
+    Kernel::finalize_row(ctx, u, i0 + r / g, r % g, o, max, sum, p.dv);
+  }
+}
+
+// The task function for a head-dim pair: compile-time dims for the common sizes.
+template <class T, class KvT>
+TaskFn sdpa_task_fn(std::int64_t dk, std::int64_t dv) {
+  if (dk == dv) {
+    switch (dk) {
+      case 64:
+        return &SdpaKernel<T, KvT, 64, 64>::task;
+      case 80:
+        return &SdpaKernel<T, KvT, 80, 80>::task;
+      case 96:
+        return &SdpaKernel<T, KvT, 96, 96>::task;
+      case 128:
+        return &SdpaKernel<T, KvT, 128, 128>::task;
+      case 256:
+        return &SdpaKernel<T, KvT, 256, 256>::task;
+      default:
+        break;
+    }
+  }
+  return &SdpaKernel<T, KvT, 0, 0>::task;
+}

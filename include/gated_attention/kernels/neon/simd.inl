@@ -1,0 +1,44 @@
+// aarch64 Advanced SIMD f32 vectors for the generic kernels (included inside kernels::neon by
+// kernels/neon/kernels.hpp).
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Simd {
+  using V = float32x4_t;
+  static constexpr int kLanes = 4;
+  static constexpr int kKeyBlock = 6;  // 32 registers: 6 x 4 accumulators + operands
+  static constexpr int kRowVectors = 4;
+  static constexpr int kRowBlock = 6;
+  static constexpr int kDimVectors = 4;
+
+  static V zero() { return vdupq_n_f32(0.0f); }
+  static V set1(float x) { return vdupq_n_f32(x); }
+  static V load(const float* p) { return vld1q_f32(p); }
+  static void store(float* p, V v) { vst1q_f32(p, v); }
+  static V load_partial(const float* p, int n) {
+    float lanes[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n; ++i) lanes[i] = p[i];
+    return vld1q_f32(lanes);
+  }
+  static void store_partial(float* p, V v, int n) {
+    float lanes[4];
+    vst1q_f32(lanes, v);
+    for (int i = 0; i < n; ++i) p[i] = lanes[i];
+  }
+  static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
+  static V mul(V a, V b) { return vmulq_f32(a, b); }
+  static V add(V a, V b) { return vaddq_f32(a, b); }
+  static V sub(V a, V b) { return vsubq_f32(a, b); }
+  static V max(V a, V b) { return vmaxq_f32(a, b); }
+  static V min(V a, V b) { return vminq_f32(a, b); }
+  static V div(V a, V b) { return vdivq_f32(a, b); }
+  static V round_nearest(V x) { return vrndnq_f32(x); }
+  static V pow2_integral(V n) {
+    const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vreinterpretq_f32_s32(bits);
+  }
+  static V select_less(V a, V b, V if_less, V otherwise) {
+    return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
+  }
+};

@@ -1,0 +1,38 @@
+// Portable one-lane "vectors" for the generic kernels (included inside kernels::scalar by
+// kernels/scalar/kernels.hpp). The compiler may still vectorise the loops around them.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Simd {
+  using V = float;
+  static constexpr int kLanes = 1;
+  static constexpr int kKeyBlock = 4;
+  static constexpr int kRowVectors = 4;
+  static constexpr int kRowBlock = 4;
+  static constexpr int kDimVectors = 4;
+
+  static V zero() { return 0.0f; }
+  static V set1(float x) { return x; }
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V load_partial(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static void store_partial(float* p, V v, int n) {
+    if (n > 0) *p = v;
+  }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V mul(V a, V b) { return a * b; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V min(V a, V b) { return a < b ? a : b; }
+  static V div(V a, V b) { return a / b; }
+  static V round_nearest(V x) { return std::nearbyint(x); }
+  static V pow2_integral(V n) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23;
+    float r;
+    std::memcpy(&r, &bits, sizeof r);
+    return r;
+  }
+  static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
+};

@@ -1,0 +1,143 @@
+// How one SDPA call is cut into tasks and what scratch each takes. ISA-independent: every path
+// runs the same plan, so workspace_size() does not depend on the path taken.
+//
+// A unit is (batch entry, KV head, block of query positions): its rows are the block's positions
+// times the KV head's group of query heads, stacked so each K/V tile is read once for all of them.
+// A unit's visible keys may be split into `splits` tasks (decode, short chunks) whose partial
+// results phase 2 merges by log-sum-exp.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gated_attention/core/workspace.hpp"
+#include "gated_attention/ops/sdpa_args.hpp"
+
+namespace gated_attention::kernels {
+
+inline constexpr std::int64_t kRowPadding = 16;  // rows padded to the widest vector
+inline constexpr std::int64_t kTargetRows = 64;  // rows per unit (query positions x group)
+inline constexpr std::int64_t kKvBlock = 64;     // keys per block: S^T tile and P.V reuse
+inline constexpr std::int64_t kMinKeysPerSplit = 512;
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+struct SdpaPlan {
+  std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
+  std::int64_t q_block = 0;     // query positions per unit
+  std::int64_t rows = 0;        // q_block * group
+  std::int64_t row_stride = 0;  // rows padded to kRowPadding: stride of the row-indexed tiles
+  std::int64_t dv_padded = 0;
+  std::int64_t num_q_blocks = 0;
+  std::int64_t units = 0;
+  std::int64_t splits = 1;
+  std::int64_t tasks = 0;
+  int num_workers = 1;
+
+  int num_phases() const { return splits > 1 ? 2 : 1; }
+};
+
+template <class T, class KvT>
+SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
+  SdpaPlan p;
+  p.batch = args.q.extents[0];
+  p.q_len = args.q.extents[1];
+  p.kv_heads = args.q.extents[2];
+  p.group = args.q.extents[3];
+  p.dk = args.q.extents[4];
+  p.kv_len = args.k.extents[1];
+  p.dv = args.v.extents[3];
+  p.num_workers = std::max(1, num_workers);
+  p.q_block = std::max<std::int64_t>(1, std::min(p.q_len, kTargetRows / p.group));
+  p.rows = p.q_block * p.group;
+  p.row_stride = round_up(p.rows, kRowPadding);
+  p.dv_padded = round_up(p.dv, kRowPadding);
+  p.num_q_blocks = p.q_len > 0 ? (p.q_len + p.q_block - 1) / p.q_block : 0;
+  p.units = p.batch * p.kv_heads * p.num_q_blocks;
+  // Split the keys when there are too few units to keep every worker busy.
+  if (p.num_workers > 1 && p.units > 0 && p.units < 2 * p.num_workers) {
+    const std::int64_t wanted = (2 * p.num_workers + p.units - 1) / p.units;
+    p.splits = std::max<std::int64_t>(1, std::min(wanted, p.kv_len / kMinKeysPerSplit));
+  }
+  p.tasks = p.units * p.splits;
+  return p;
+}
+
+// Scratch of one worker, and the partial results of split units.
+struct SdpaWorkerScratch {
+  float* q_t = nullptr;            // [dk, row_stride] scaled queries, transposed
+  float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T
+  float* out = nullptr;            // [row_stride, dv_padded] unnormalised output
+  float* max = nullptr;            // [row_stride] running max (log2 units)
+  float* sum = nullptr;            // [row_stride] running sum of exp2(s - max)
+  float* alpha = nullptr;          // [row_stride] rescale factors of the current block
+  std::int64_t* key_lo = nullptr;  // [row_stride] first visible key per row
+  std::int64_t* key_hi = nullptr;  // [row_stride] last visible key per row (< key_lo: none)
+};
+
+struct SdpaLayout {
+  SdpaWorkerScratch* workers = nullptr;  // [num_workers]
+  float* partial_out = nullptr;          // [tasks, row_stride, dv_padded] when split
+  float* partial_max = nullptr;          // [tasks, row_stride]
+  float* partial_sum = nullptr;          // [tasks, row_stride]
+  bool complete = false;                 // every allocation succeeded
+};
+
+// Carves the plan's scratch from `ws`; in counting mode it only sizes it.
+inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
+  SdpaLayout layout;
+  layout.workers = ws.allocate<SdpaWorkerScratch>(static_cast<std::size_t>(p.num_workers));
+  const auto rs = static_cast<std::size_t>(p.row_stride);
+  for (int w = 0; w < p.num_workers; ++w) {
+    SdpaWorkerScratch s;
+    s.q_t = ws.allocate<float>(static_cast<std::size_t>(p.dk) * rs);
+    s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
+    s.out = ws.allocate<float>(rs * static_cast<std::size_t>(p.dv_padded));
+    s.max = ws.allocate<float>(rs);
+    s.sum = ws.allocate<float>(rs);
+    s.alpha = ws.allocate<float>(rs);
+    s.key_lo = ws.allocate<std::int64_t>(rs);
+    s.key_hi = ws.allocate<std::int64_t>(rs);
+    if (layout.workers != nullptr) layout.workers[w] = s;
+  }
+  if (p.splits > 1) {
+    const auto tasks = static_cast<std::size_t>(p.tasks);
+    layout.partial_out = ws.allocate<float>(tasks * rs * static_cast<std::size_t>(p.dv_padded));
+    layout.partial_max = ws.allocate<float>(tasks * rs);
+    layout.partial_sum = ws.allocate<float>(tasks * rs);
+  }
+  layout.complete = !ws.is_counting() && !ws.exhausted();
+  return layout;
+}
+
+// Unit u -> (batch entry, KV head, query block), heaviest (latest) query blocks first so that
+// dynamic scheduling balances causal work.
+struct SdpaUnit {
+  std::int64_t batch, kv_head, q_block;
+};
+
+inline SdpaUnit decode_unit(const SdpaPlan& p, std::int64_t unit) {
+  const std::int64_t per_block = p.batch * p.kv_heads;
+  const std::int64_t rest = unit % per_block;
+  return {rest / p.kv_heads, rest % p.kv_heads, p.num_q_blocks - 1 - unit / per_block};
+}
+
+}  // namespace gated_attention::kernels
+
+namespace gated_attention::kernels {
+
+// What every task of one call reads: passed to the ISA's task functions through the Executor.
+template <class T, class KvT>
+struct SdpaContext {
+  const SdpaArgs<T, KvT>* args = nullptr;
+  const SdpaPlan* plan = nullptr;
+  const SdpaLayout* layout = nullptr;
+  float scale_log2 = 0.0f;  // logit scale * log2(e): scores are kept in log2 units
+};
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+}  // namespace gated_attention::kernels

@@ -1,0 +1,142 @@
+// Scaled dot-product attention with the output gate, sinks and log-sum-exp fused in the epilogue.
+//
+//   Status s = can_implement(args);                     // shapes, strides, types
+//   std::vector<std::byte> ws(workspace_size(args, executor));
+//   s = run(args, Workspace(ws.data(), ws.size()), executor);
+//
+// Engines that call kernels from each of their nth workers (ggml style) instead call, for every
+// phase < num_phases(args, nth), run_phase(args, workspace, phase, ith, nth) on every worker, with
+// a barrier between phases; the workspace is sized with workspace_size(args, nth).
+//
+// The path (scalar, avx2, avx512, neon) is chosen at each call from the CPU and the ISA limit
+// (dispatch/cpu.hpp); sdpa_path() tells which one runs. run() allocates no memory.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "gated_attention/core/executor.hpp"
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/core/workspace.hpp"
+#include "gated_attention/dispatch/cpu.hpp"
+#include "gated_attention/kernels/avx2/kernels.hpp"
+#include "gated_attention/kernels/avx512/kernels.hpp"
+#include "gated_attention/kernels/neon/kernels.hpp"
+#include "gated_attention/kernels/scalar/kernels.hpp"
+#include "gated_attention/kernels/sdpa_plan.hpp"
+#include "gated_attention/ops/sdpa_args.hpp"
+
+namespace gated_attention {
+
+template <class T, class KvT>
+Status can_implement(const SdpaArgs<T, KvT>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
+  if (!std::is_same_v<T, float> || !std::is_same_v<KvT, float>) {
+    return Status::error(StatusCode::not_supported,
+                         "sdpa: element types: expected float q/k/v/out (bf16/f16 come later)");
+  }
+  return Status::ok();
+}
+
+// Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers).
+template <class T, class KvT>
+std::size_t workspace_size(const SdpaArgs<T, KvT>& args, int num_workers) {
+  Workspace counting = Workspace::counting();
+  kernels::carve_sdpa_layout(counting, kernels::make_sdpa_plan(args, num_workers));
+  return counting.bytes_needed();
+}
+
+template <class T, class KvT>
+std::size_t workspace_size(const SdpaArgs<T, KvT>& args, const Executor& executor) {
+  return workspace_size(args, executor.num_workers);
+}
+
+template <class T, class KvT>
+int num_phases(const SdpaArgs<T, KvT>& args, int num_workers) {
+  return kernels::make_sdpa_plan(args, num_workers).num_phases();
+}
+
+// The path the next call takes.
+inline const char* sdpa_path() {
+  return to_string(active_isa());
+}
+
+namespace detail {
+
+struct SdpaTaskFns {
+  TaskFn task = nullptr;   // phase 0: one task per (unit, key split)
+  TaskFn merge = nullptr;  // phase 1: one task per split unit
+};
+
+template <class T, class KvT>
+SdpaTaskFns sdpa_task_fns(Isa isa, std::int64_t dk, std::int64_t dv) {
+  switch (isa) {
+#if GATED_ATTENTION_X86
+    case Isa::avx512:
+      return {kernels::avx512::sdpa_task_fn<T, KvT>(dk, dv), &kernels::avx512::sdpa_merge<T, KvT>};
+    case Isa::avx2:
+      return {kernels::avx2::sdpa_task_fn<T, KvT>(dk, dv), &kernels::avx2::sdpa_merge<T, KvT>};
+#endif
+#if GATED_ATTENTION_AARCH64
+    case Isa::neon:
+      return {kernels::neon::sdpa_task_fn<T, KvT>(dk, dv), &kernels::neon::sdpa_merge<T, KvT>};
+#endif
+    default:
+      return {kernels::scalar::sdpa_task_fn<T, KvT>(dk, dv), &kernels::scalar::sdpa_merge<T, KvT>};
+  }
+}
+
+// Validates, plans and carves; then calls body(ctx, plan, fns).
+template <class T, class KvT, class Body>
+Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int num_workers,
+                         Body&& body) {
+  GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<KvT, float>) {
+    const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
+    const std::size_t needed = workspace_size(args, num_workers);
+    const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan);
+    if (!layout.complete) {
+      return Status::error(StatusCode::workspace_too_small,
+                           "workspace: expected >= %zu bytes for %d workers, got %zu", needed,
+                           plan.num_workers, workspace.capacity());
+    }
+    kernels::SdpaContext<T, KvT> ctx;
+    ctx.args = &args;
+    ctx.plan = &plan;
+    ctx.layout = &layout;
+    ctx.scale_log2 = args.effective_scale() * kernels::kLog2e;
+    body(ctx, plan, sdpa_task_fns<T, KvT>(active_isa(), plan.dk, plan.dv));
+  }
+  return Status::ok();
+}
+
+}  // namespace detail
+
+template <class T, class KvT>
+Status run(const SdpaArgs<T, KvT>& args, Workspace workspace, const Executor& executor = {}) {
+  return detail::with_sdpa_context(args, workspace, executor.num_workers,
+                                   [&](auto& ctx, const auto& plan, const auto& fns) {
+                                     executor.run(plan.tasks, fns.task, &ctx);
+                                     if (plan.num_phases() > 1)
+                                       executor.run(plan.units, fns.merge, &ctx);
+                                   });
+}
+
+// Worker ith of nth runs its share of `phase`. Every worker passes the same workspace.
+template <class T, class KvT>
+Status run_phase(const SdpaArgs<T, KvT>& args, Workspace workspace, int phase, int ith, int nth) {
+  if (nth < 1 || ith < 0 || ith >= nth) {
+    return Status::error(StatusCode::invalid_argument,
+                         "ith/nth: expected 0 <= ith < nth, got %d/%d", ith, nth);
+  }
+  return detail::with_sdpa_context(args, workspace, nth,
+                                   [&](auto& ctx, const auto& plan, const auto& fns) {
+                                     if (phase == 0)
+                                       run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
+                                     if (phase == 1 && plan.num_phases() > 1) {
+                                       run_worker_share(plan.units, fns.merge, &ctx, ith, nth);
+                                     }
+                                   });
+}
+
+}  // namespace gated_attention
