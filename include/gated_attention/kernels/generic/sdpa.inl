@@ -104,8 +104,7 @@ struct SdpaKernel {
       score_rows<S::kKeyBlock, RV>(keys, key_stride, num_keys, q_t + r, row_stride, dk, s + r);
     }
     for (; r < rows_v; r += L) {
-      score_rows<S::kKeyBlock * RV, 1>(keys, key_stride, num_keys, q_t + r, row_stride, dk,
-                                       s + r);
+      score_rows<S::kKeyBlock * RV, 1>(keys, key_stride, num_keys, q_t + r, row_stride, dk, s + r);
     }
   }
 
@@ -123,8 +122,8 @@ struct SdpaKernel {
       const KvT* row = values + n * value_stride;
       V v[CV];
       for (int c = 0; c < CV; ++c) {
-        v[c] = (tail > 0 && c == CV - 1) ? S::load_partial(row + c * L, tail)
-                                         : S::load(row + c * L);
+        v[c] =
+            (tail > 0 && c == CV - 1) ? S::load_partial(row + c * L, tail) : S::load(row + c * L);
       }
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
@@ -145,8 +144,8 @@ struct SdpaKernel {
       if (count == RB) {
         value_tile<RB, CV>(p, row_stride, values, value_stride, num_keys, out, out_stride, tail);
       } else {
-        value_rows_remainder<CV, RB - 1>(count, p, row_stride, values, value_stride, num_keys,
-                                         out, out_stride, tail);
+        value_rows_remainder<CV, RB - 1>(count, p, row_stride, values, value_stride, num_keys, out,
+                                         out_stride, tail);
       }
     }
   }
@@ -168,16 +167,18 @@ struct SdpaKernel {
   }
 
   static void accumulate_values(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                const KvT* values, std::int64_t value_stride,
-                                std::int64_t num_keys, std::int64_t dv, float* out,
-                                std::int64_t out_stride) {
+                                const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                                std::int64_t dv, float* out, std::int64_t out_stride) {
     constexpr int CV = S::kDimVectors;
-    std::int64_t c = 0;
-    for (; c + CV * L <= dv; c += CV * L) {
-      value_rows<CV>(rows, p, row_stride, values + c, value_stride, num_keys, out + c,
-                     out_stride, 0);
+    const std::int64_t groups = dv / (CV * L);
+    for (std::int64_t i = 0; i < groups; ++i) {
+      const std::int64_t c = i * CV * L;
+      value_rows<CV>(rows, p, row_stride, values + c, value_stride, num_keys, out + c, out_stride,
+                     0);
     }
-    for (; c < dv; c += L) {
+    const std::int64_t rest = dv - groups * CV * L;
+    for (std::int64_t i = 0; i < (rest + L - 1) / L; ++i) {
+      const std::int64_t c = groups * CV * L + i * L;
       const int tail = dv - c < L ? static_cast<int>(dv - c) : 0;
       value_rows<1>(rows, p, row_stride, values + c, value_stride, num_keys, out + c, out_stride,
                     tail);
@@ -217,8 +218,7 @@ struct SdpaKernel {
 
   // Normalises one row, adds the sink, writes lse, applies the gate and stores the output.
   static void finalize_row(const SdpaContext<T, KvT>& ctx, const SdpaUnit& u, std::int64_t i,
-                           std::int64_t j, const float* o, float max, float sum,
-                           std::int64_t dv) {
+                           std::int64_t j, const float* o, float max, float sum, std::int64_t dv) {
     const SdpaArgs<T, KvT>& a = *ctx.args;
     const std::int64_t head = u.kv_head * a.q.extents[3] + j;
     float scale = 1.0f;
@@ -346,8 +346,7 @@ struct SdpaKernel {
         for (std::int64_t r = 0; r < rows; ++r) {
           if (w.alpha[r] != 1.0f) scale_row(w.out + r * dvp, dvp, w.alpha[r]);
         }
-        accumulate_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb, dv, w.out,
-                          dvp);
+        accumulate_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb, dv, w.out, dvp);
       }
     }
 
