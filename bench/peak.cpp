@@ -143,7 +143,11 @@ void peak_fma(benchmark::State& state, int threads) {
 void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t n = bytes / static_cast<std::int64_t>(sizeof(float));
-  std::vector<float> buffer(static_cast<std::size_t>(n), 1.0f);
+  // Distinct values on every page: identical pages may be merged by the host and then read from
+  // cache, which would overstate the bandwidth.
+  std::vector<float> buffer(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    buffer[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
   ga::ThreadPool pool(threads);
   const ga::Executor ex = pool.executor();
   std::vector<float> sink(static_cast<std::size_t>(threads));

@@ -92,7 +92,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
   const auto rs = static_cast<std::size_t>(p.row_stride);
   for (int w = 0; w < p.num_workers; ++w) {
     SdpaWorkerScratch s;
-    s.q_t = ws.allocate<float>(static_cast<std::size_t>(p.dk) * rs);
+    s.q_t = ws.allocate<float>(static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
     s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
     s.out = ws.allocate<float>(rs * static_cast<std::size_t>(p.dv_padded));
     s.max = ws.allocate<float>(rs);

@@ -57,6 +57,10 @@ struct SdpaKernel {
   using S = Simd;
   using V = S::V;
   static constexpr int L = S::kLanes;
+  // Rows up to this count take the dot-product score kernel (half the lanes or fewer).
+  static constexpr int kMaxDotRows = L / 2;
+  static bool use_dot_scores(std::int64_t rows) { return rows <= kMaxDotRows; }
+  static constexpr std::int64_t kValueKeys = 16;
 
   // S^T[k, r] for KB keys and RV row vectors: acc = sum_d K[k, d] * q_t[d, r].
   template <int KB, int RV>
@@ -91,6 +95,68 @@ struct SdpaKernel {
     for (; n < num_keys; ++n) {
       score_tile<1, RV>(keys + n * key_stride, key_stride, q_t, row_stride, dk,
                         scores + n * row_stride);
+    }
+  }
+
+  // S^T[k, r] for KB keys and RB rows as dot products along d: for few rows (decode), where
+  // rows along lanes would leave most lanes idle. q_rows is [rows, dk_padded], zero-padded.
+  template <int KB, int RB>
+  static void score_dot_tile(const KvT* keys, std::int64_t key_stride, const float* q_rows,
+                             std::int64_t q_stride, std::int64_t dk, float* scores,
+                             std::int64_t row_stride) {
+    V acc[KB][RB];
+    for (int k = 0; k < KB; ++k) {
+      for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
+    }
+    const std::int64_t full = dk / L * L;
+    for (std::int64_t d = 0; d < full; d += L) {
+      V kv[KB];
+      for (int k = 0; k < KB; ++k) kv[k] = S::load(keys + k * key_stride + d);
+      for (int r = 0; r < RB; ++r) {
+        const V q = S::load(q_rows + r * q_stride + d);
+        for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
+      }
+    }
+    if (full < dk) {
+      const int tail = static_cast<int>(dk - full);
+      V kv[KB];
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
+      for (int r = 0; r < RB; ++r) {
+        const V q = S::load(q_rows + r * q_stride + full);
+        for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
+      }
+    }
+    for (int k = 0; k < KB; ++k) {
+      for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
+    }
+  }
+
+  template <int RB>
+  static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                             const float* q_rows, std::int64_t q_stride, std::int64_t dk,
+                             float* s, std::int64_t row_stride) {
+    constexpr int KB = RB >= 16 ? 1 : 16 / RB;
+    std::int64_t n = 0;
+    for (; n + KB <= num_keys; n += KB) {
+      score_dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
+                             s + n * row_stride, row_stride);
+    }
+    for (; n < num_keys; ++n) {
+      score_dot_tile<1, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
+                            s + n * row_stride, row_stride);
+    }
+  }
+
+  template <int RB = kMaxDotRows>
+  static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
+                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
+                        std::int64_t dk, float* s, std::int64_t row_stride) {
+    if constexpr (RB > 0) {
+      if (rows == RB) {
+        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride);
+      } else {
+        score_dot<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride);
+      }
     }
   }
 
@@ -166,9 +232,60 @@ struct SdpaKernel {
     }
   }
 
+  // O += P V over groups of kValueKeys keys: each group's V rows are read as a few sequential
+  // streams (hardware prefetch friendly) and reused by every row block while in L1.
   static void accumulate_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                 const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                                 std::int64_t dv, float* out, std::int64_t out_stride) {
+    for (std::int64_t n = 0; n < num_keys; n += kValueKeys) {
+      accumulate_value_group(p + n * row_stride, row_stride, rows, values + n * value_stride,
+                             value_stride, std::min(kValueKeys, num_keys - n), dv, out,
+                             out_stride);
+    }
+  }
+
+  // Few rows (decode): each row's whole output stays in registers while the group's V rows are
+  // read front to back, so V streams sequentially from memory.
+  template <int RB, int CV>
+  static void value_tile_full_rows(const float* p, std::int64_t row_stride, const KvT* values,
+                                   std::int64_t value_stride, std::int64_t num_keys, float* out,
+                                   std::int64_t out_stride) {
+    V acc[RB][CV];
+    for (int r = 0; r < RB; ++r) {
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
+    }
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      for (int r = 0; r < RB; ++r) {
+        const V pb = S::set1(p[n * row_stride + r]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, S::load(row + c * L), acc[r][c]);
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+    }
+  }
+
+  static void accumulate_value_group(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                     const KvT* values, std::int64_t value_stride,
+                                     std::int64_t num_keys, std::int64_t dv, float* out,
+                                     std::int64_t out_stride) {
+    if constexpr (kDv > 0 && kDv % L == 0 && kDv / L <= 16) {
+      constexpr int CV = kDv / L;
+      constexpr int RB = CV >= 16 ? 1 : 16 / CV;
+      if (use_dot_scores(rows)) {
+        std::int64_t r = 0;
+        for (; r + RB <= rows; r += RB) {
+          value_tile_full_rows<RB, CV>(p + r, row_stride, values, value_stride, num_keys,
+                                       out + r * out_stride, out_stride);
+        }
+        for (; r < rows; ++r) {
+          value_tile_full_rows<1, CV>(p + r, row_stride, values, value_stride, num_keys,
+                                      out + r * out_stride, out_stride);
+        }
+        return;
+      }
+    }
     constexpr int CV = S::kDimVectors;
     const std::int64_t groups = dv / (CV * L);
     for (std::int64_t i = 0; i < groups; ++i) {
@@ -309,12 +426,26 @@ struct SdpaKernel {
     std::fill(w.out, w.out + rows_v * dvp, 0.0f);
 
     if (begin < end) {
+      const bool dot = use_dot_scores(rows);
+      const std::int64_t dk_padded = round_up(dk, kRowPadding);
       for (std::int64_t r = 0; r < rows; ++r) {
         const T* q = &a.q(u.batch, i0 + r / g, u.kv_head, r % g, 0);
-        for (std::int64_t d = 0; d < dk; ++d) w.q_t[d * rs + r] = q[d] * ctx.scale_log2;
+        if (dot) {
+          float* row = w.q_t + r * dk_padded;
+          for (std::int64_t d = 0; d < dk; ++d) row[d] = q[d] * ctx.scale_log2;
+          for (std::int64_t d = dk; d < dk_padded; ++d) row[d] = 0.0f;
+        } else {
+          for (std::int64_t d = 0; d < dk; ++d) w.q_t[d * rs + r] = q[d] * ctx.scale_log2;
+        }
       }
-      for (std::int64_t d = 0; d < dk; ++d) {
-        for (std::int64_t r = rows; r < rows_v; ++r) w.q_t[d * rs + r] = 0.0f;
+      if (dot) {
+        for (std::int64_t n = 0; n < kKvBlock; ++n) {
+          for (std::int64_t r = rows; r < rows_v; ++r) w.scores[n * rs + r] = 0.0f;
+        }
+      } else {
+        for (std::int64_t d = 0; d < dk; ++d) {
+          for (std::int64_t r = rows; r < rows_v; ++r) w.q_t[d * rs + r] = 0.0f;
+        }
       }
       const KvT* k_base = &a.k(u.batch, 0, u.kv_head, 0);
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
@@ -332,7 +463,12 @@ struct SdpaKernel {
           if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
         }
         if (!any) continue;
-        scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rs, rows_v, dk, w.scores);
+        if (dot) {
+          score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores,
+                    rs);
+        } else {
+          scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rs, rows_v, dk, w.scores);
+        }
         if (!full) {
           for (std::int64_t n = 0; n < nb; ++n) {
             for (std::int64_t r = 0; r < rows_v; ++r) {

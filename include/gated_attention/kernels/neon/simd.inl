@@ -41,4 +41,5 @@ struct Simd {
   static V select_less(V a, V b, V if_less, V otherwise) {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
+  static float reduce_add(V v) { return vaddvq_f32(v); }
 };

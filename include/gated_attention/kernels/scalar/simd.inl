@@ -35,4 +35,5 @@ struct Simd {
     return r;
   }
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
+  static float reduce_add(V v) { return v; }
 };
