@@ -352,6 +352,7 @@ TEST_CASE("Per-batch kv lengths equal running each entry on its valid keys", "[r
 
 TEST_CASE("Log-sum-exp merges partial results over disjoint key sets", "[reference][sdpa]") {
   // Split 13 keys into 6 + 7; o = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) must equal the full result.
+  // lse is stored as float (relative precision 6e-8 on values of a few units), hence 1e-5.
   Problem full(1, 3, 13, 2, 1, 8, 5, 16);
   run(full.args());
   Problem part1(1, 3, 6, 2, 1, 8, 5, 0), part2(1, 3, 7, 2, 1, 8, 5, 0);
@@ -372,9 +373,9 @@ TEST_CASE("Log-sum-exp merges partial results over disjoint key sets", "[referen
       for (int d = 0; d < 5; ++d) {
         const double merged =
             (w1 * part1.out.view()(0, i, h, d) + w2 * part2.out.view()(0, i, h, d)) / (w1 + w2);
-        CHECK(merged == Approx(full.out.view()(0, i, h, d)).epsilon(1e-6));
+        CHECK(merged == Approx(full.out.view()(0, i, h, d)).epsilon(1e-5));
       }
-      CHECK(full.lse.view()(0, i, 0, h) == Approx(m + std::log(w1 + w2)).epsilon(1e-6));
+      CHECK(full.lse.view()(0, i, 0, h) == Approx(m + std::log(w1 + w2)).epsilon(1e-5));
     }
   }
 }

@@ -95,9 +95,9 @@ Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int 
     const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
     const std::size_t needed = workspace_size(args, num_workers);
     const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan);
-    if (!layout.complete) {
+    if (!layout.complete || workspace.capacity() < needed) {
       return Status::error(StatusCode::workspace_too_small,
-                           "workspace: expected >= %zu bytes for %d workers, got %zu", needed,
+                           "workspace: expected >= %zu bytes for %d worker(s), got %zu", needed,
                            plan.num_workers, workspace.capacity());
     }
     kernels::SdpaContext<T, KvT> ctx;

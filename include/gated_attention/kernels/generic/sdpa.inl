@@ -17,8 +17,8 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-// 2^x in f32 lanes: degree-7 polynomial on the fraction, max relative error 2e-7 (measured in
-// tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates at 2^126.
+// 2^x in f32 lanes: degree-7 polynomial on the fraction, max relative error 2e-7 (measured by the
+// "exp2" test in tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates at 2^126.
 inline Simd::V exp2_lanes(Simd::V x) {
   using S = Simd;
   const S::V lowest = S::set1(-126.0f);
@@ -34,6 +34,16 @@ inline Simd::V exp2_lanes(Simd::V x) {
   p = S::fma(p, f, S::set1(6.9314718e-01f));
   p = S::fma(p, f, S::set1(1.0f));
   return S::select_less(x, lowest, S::zero(), S::mul(p, S::pow2_integral(n)));
+}
+
+// exp2_lanes over an array (tests measure its error through this).
+inline void exp2_array(const float* x, float* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + Simd::kLanes <= n; i += Simd::kLanes) Simd::store(y + i, exp2_lanes(Simd::load(x + i)));
+  if (i < n) {
+    const int tail = static_cast<int>(n - i);
+    Simd::store_partial(y + i, exp2_lanes(Simd::load_partial(x + i, tail)), tail);
+  }
 }
 
 // sigmoid(x) = 1 / (1 + 2^(-x log2 e)); saturates without overflow or denormals.
