@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what gated_attention needs from Debian/Ubuntu packages, only what is missing.
 #   bash tools/install_deps.sh          build, tests, benchmarks
-#   bash tools/install_deps.sh --ci     also what CI uses (clang for the second compiler)
+#   bash tools/install_deps.sh --ci     also what CI uses (clang for the second compiler, the
+#                                       aarch64 cross compiler and qemu-user for the neon job)
 # As root it runs apt-get; otherwise it prints the command to run and exits with status 1.
 set -euo pipefail
 
 packages=(cmake make g++ libeigen3-dev catch2 libbenchmark-dev)
 if [[ "${1:-}" == "--ci" ]]; then
-  packages+=(clang)
+  packages+=(clang g++-aarch64-linux-gnu qemu-user)
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

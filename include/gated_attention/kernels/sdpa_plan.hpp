@@ -70,6 +70,7 @@ struct SdpaWorkerScratch {
   float* q_t = nullptr;            // [dk, row_stride] scaled queries, transposed
   float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output
+  float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column
   float* max = nullptr;            // [row_stride] running max (log2 units)
   float* sum = nullptr;            // [row_stride] running sum of exp2(s - max)
   float* alpha = nullptr;          // [row_stride] rescale factors of the current block
@@ -95,6 +96,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
     s.q_t = ws.allocate<float>(static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
     s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
     s.out = ws.allocate<float>(rs * static_cast<std::size_t>(p.dv_padded));
+    s.v_packed = ws.allocate<float>(static_cast<std::size_t>(kKvBlock * p.dv_padded));
     s.max = ws.allocate<float>(rs);
     s.sum = ws.allocate<float>(rs);
     s.alpha = ws.allocate<float>(rs);

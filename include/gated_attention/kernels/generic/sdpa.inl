@@ -18,7 +18,8 @@
 #endif
 
 // 2^x in f32 lanes: degree-7 polynomial on the fraction, max relative error 2e-7 (measured by the
-// "exp2" test in tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates at 2^126.
+// "exp2" test in tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates
+// at 2^126.
 inline Simd::V exp2_lanes(Simd::V x) {
   using S = Simd;
   const S::V lowest = S::set1(-126.0f);
@@ -39,7 +40,8 @@ inline Simd::V exp2_lanes(Simd::V x) {
 // exp2_lanes over an array (tests measure its error through this).
 inline void exp2_array(const float* x, float* y, std::int64_t n) {
   std::int64_t i = 0;
-  for (; i + Simd::kLanes <= n; i += Simd::kLanes) Simd::store(y + i, exp2_lanes(Simd::load(x + i)));
+  for (; i + Simd::kLanes <= n; i += Simd::kLanes)
+    Simd::store(y + i, exp2_lanes(Simd::load(x + i)));
   if (i < n) {
     const int tail = static_cast<int>(n - i);
     Simd::store_partial(y + i, exp2_lanes(Simd::load_partial(x + i, tail)), tail);
@@ -70,19 +72,34 @@ struct SdpaKernel {
   // Rows up to this count take the dot-product score kernel (half the lanes or fewer).
   static constexpr int kMaxDotRows = L / 2;
   static bool use_dot_scores(std::int64_t rows) { return rows <= kMaxDotRows; }
-  static constexpr std::int64_t kValueKeys = 16;
 
-  // S^T[k, r] for KB keys and RV row vectors: acc = sum_d K[k, d] * q_t[d, r].
+  // Queries of many rows are packed in panels of kPanelRows rows (then of L rows for the rest):
+  // the panel starting at row r0 with width w holds (d, r) at q_t[r0 * dk + d * w + r - r0], so a
+  // row group's queries are contiguous and stay in L1 while the keys stream past.
+  static constexpr std::int64_t kPanelRows = S::kRowVectors * L;
+  static std::int64_t full_panel_rows(std::int64_t rows_v) {
+    return rows_v / kPanelRows * kPanelRows;
+  }
+  static float* q_panel_element(float* q_t, std::int64_t rows_v, std::int64_t dk, std::int64_t r,
+                                std::int64_t d) {
+    const bool full = r < full_panel_rows(rows_v);
+    const std::int64_t w = full ? kPanelRows : L;
+    const std::int64_t r0 = r / w * w;
+    return q_t + r0 * dk + d * w + (r - r0);
+  }
+
+  // S^T[k, r] for KB keys and RV row vectors of one panel: sum_d K[k, d] * q[d, r].
   template <int KB, int RV>
-  static void score_tile(const KvT* keys, std::int64_t key_stride, const float* q_t,
-                         std::int64_t row_stride, std::int64_t dk, float* scores) {
+  GATED_ATTENTION_ALWAYS_INLINE static void score_tile(const KvT* keys, std::int64_t key_stride,
+                                                       const float* panel, std::int64_t dk,
+                                                       float* scores, std::int64_t row_stride) {
     V acc[KB][RV];
     for (int k = 0; k < KB; ++k) {
       for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
     }
     for (std::int64_t d = 0; d < dk; ++d) {
       V q[RV];
-      for (int v = 0; v < RV; ++v) q[v] = S::load(q_t + d * row_stride + v * L);
+      for (int v = 0; v < RV; ++v) q[v] = S::load(panel + d * (RV * L) + v * L);
       for (int k = 0; k < KB; ++k) {
         const V kb = S::set1(keys[k * key_stride + d]);
         for (int v = 0; v < RV; ++v) acc[k][v] = S::fma(kb, q[v], acc[k][v]);
@@ -94,26 +111,41 @@ struct SdpaKernel {
   }
 
   template <int KB, int RV>
-  static void score_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
-                         const float* q_t, std::int64_t row_stride, std::int64_t dk,
-                         float* scores) {
+  static void score_panel(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                          const float* panel, std::int64_t dk, float* s, std::int64_t row_stride) {
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
-      score_tile<KB, RV>(keys + n * key_stride, key_stride, q_t, row_stride, dk,
-                         scores + n * row_stride);
+      score_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
+                         row_stride);
     }
     for (; n < num_keys; ++n) {
-      score_tile<1, RV>(keys + n * key_stride, key_stride, q_t, row_stride, dk,
-                        scores + n * row_stride);
+      score_tile<1, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
+                        row_stride);
+    }
+  }
+
+  // S^T [num_keys, rows_v] from the query panels.
+  static void scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                     const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
+                     std::int64_t row_stride) {
+    const std::int64_t full = full_panel_rows(rows_v);
+    for (std::int64_t r = 0; r < full; r += kPanelRows) {
+      score_panel<S::kKeyBlock, S::kRowVectors>(keys, key_stride, num_keys, q_t + r * dk, dk, s + r,
+                                                row_stride);
+    }
+    for (std::int64_t r = full; r < rows_v; r += L) {
+      score_panel<S::kKeyBlock * S::kRowVectors, 1>(keys, key_stride, num_keys, q_t + r * dk, dk,
+                                                    s + r, row_stride);
     }
   }
 
   // S^T[k, r] for KB keys and RB rows as dot products along d: for few rows (decode), where
-  // rows along lanes would leave most lanes idle. q_rows is [rows, dk_padded], zero-padded.
+  // rows along lanes would leave most lanes idle. q_rows is [rows, q_stride], zero-padded.
   template <int KB, int RB>
-  static void score_dot_tile(const KvT* keys, std::int64_t key_stride, const float* q_rows,
-                             std::int64_t q_stride, std::int64_t dk, float* scores,
-                             std::int64_t row_stride) {
+  GATED_ATTENTION_ALWAYS_INLINE static void score_dot_tile(const KvT* keys, std::int64_t key_stride,
+                                                           const float* q_rows,
+                                                           std::int64_t q_stride, std::int64_t dk,
+                                                           float* scores, std::int64_t row_stride) {
     V acc[KB][RB];
     for (int k = 0; k < KB; ++k) {
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
@@ -143,8 +175,8 @@ struct SdpaKernel {
 
   template <int RB>
   static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
-                             const float* q_rows, std::int64_t q_stride, std::int64_t dk,
-                             float* s, std::int64_t row_stride) {
+                             const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
+                             std::int64_t row_stride) {
     constexpr int KB = RB >= 16 ? 1 : 16 / RB;
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
@@ -170,37 +202,34 @@ struct SdpaKernel {
     }
   }
 
-  // S^T [num_keys, rows_v] for the row vectors of q_t.
-  static void scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
-                     const float* q_t, std::int64_t row_stride, std::int64_t rows_v,
-                     std::int64_t dk, float* s) {
-    constexpr int RV = S::kRowVectors;
-    std::int64_t r = 0;
-    for (; r + RV * L <= rows_v; r += RV * L) {
-      score_rows<S::kKeyBlock, RV>(keys, key_stride, num_keys, q_t + r, row_stride, dk, s + r);
-    }
-    for (; r < rows_v; r += L) {
-      score_rows<S::kKeyBlock * RV, 1>(keys, key_stride, num_keys, q_t + r, row_stride, dk, s + r);
+  // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[(j * kKvBlock + n) * L],
+  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
+  static void pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                          std::int64_t dv, std::int64_t dv_padded, float* packed) {
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      for (std::int64_t j = 0; j * L < dv_padded; ++j) {
+        const std::int64_t c = j * L;
+        const V x = c + L <= dv ? S::load(row + c)
+                                : S::load_partial(
+                                      row + c, static_cast<int>(std::max<std::int64_t>(0, dv - c)));
+        S::store(packed + (j * kKvBlock + n) * L, x);
+      }
     }
   }
 
-  // O[r, c..] += sum_n P^T[n, r] V[n, c..] for RB rows and CV dv vectors (the last one partial
-  // when tail > 0).
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns.
   template <int RB, int CV>
-  static void value_tile(const float* p, std::int64_t row_stride, const KvT* values,
-                         std::int64_t value_stride, std::int64_t num_keys, float* out,
-                         std::int64_t out_stride, int tail) {
+  GATED_ATTENTION_ALWAYS_INLINE static void value_tile(const float* p, std::int64_t row_stride,
+                                                       const float* packed, std::int64_t num_keys,
+                                                       float* out, std::int64_t out_stride) {
     V acc[RB][CV];
     for (int r = 0; r < RB; ++r) {
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const KvT* row = values + n * value_stride;
       V v[CV];
-      for (int c = 0; c < CV; ++c) {
-        v[c] =
-            (tail > 0 && c == CV - 1) ? S::load_partial(row + c * L, tail) : S::load(row + c * L);
-      }
+      for (int c = 0; c < CV; ++c) v[c] = S::load(packed + (c * kKvBlock + n) * L);
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
@@ -213,53 +242,55 @@ struct SdpaKernel {
 
   template <int CV, int RB = S::kRowBlock>
   static void value_rows_remainder(std::int64_t count, const float* p, std::int64_t row_stride,
-                                   const KvT* values, std::int64_t value_stride,
-                                   std::int64_t num_keys, float* out, std::int64_t out_stride,
-                                   int tail) {
+                                   const float* packed, std::int64_t num_keys, float* out,
+                                   std::int64_t out_stride) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        value_tile<RB, CV>(p, row_stride, values, value_stride, num_keys, out, out_stride, tail);
+        value_tile<RB, CV>(p, row_stride, packed, num_keys, out, out_stride);
       } else {
-        value_rows_remainder<CV, RB - 1>(count, p, row_stride, values, value_stride, num_keys, out,
-                                         out_stride, tail);
+        value_rows_remainder<CV, RB - 1>(count, p, row_stride, packed, num_keys, out, out_stride);
       }
     }
   }
 
   template <int CV>
   static void value_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
-                         const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
-                         float* out, std::int64_t out_stride, int tail) {
+                         const float* packed, std::int64_t num_keys, float* out,
+                         std::int64_t out_stride) {
     constexpr int RB = S::kRowBlock;
     std::int64_t r = 0;
     for (; r + RB <= rows; r += RB) {
-      value_tile<RB, CV>(p + r, row_stride, values, value_stride, num_keys, out + r * out_stride,
-                         out_stride, tail);
+      value_tile<RB, CV>(p + r, row_stride, packed, num_keys, out + r * out_stride, out_stride);
     }
     if (r < rows) {
-      value_rows_remainder<CV>(rows - r, p + r, row_stride, values, value_stride, num_keys,
-                               out + r * out_stride, out_stride, tail);
+      value_rows_remainder<CV>(rows - r, p + r, row_stride, packed, num_keys, out + r * out_stride,
+                               out_stride);
     }
   }
 
-  // O += P V over groups of kValueKeys keys: each group's V rows are read as a few sequential
-  // streams (hardware prefetch friendly) and reused by every row block while in L1.
-  static void accumulate_values(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
-                                std::int64_t dv, float* out, std::int64_t out_stride) {
-    for (std::int64_t n = 0; n < num_keys; n += kValueKeys) {
-      accumulate_value_group(p + n * row_stride, row_stride, rows, values + n * value_stride,
-                             value_stride, std::min(kValueKeys, num_keys - n), dv, out,
-                             out_stride);
+  // O += P V from a packed V block, each column chunk reused by every row block while in L1.
+  static void accumulate_packed_values(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                       const float* packed, std::int64_t num_keys,
+                                       std::int64_t dv_padded, float* out) {
+    constexpr int CV = S::kDimVectors;
+    const std::int64_t vectors = dv_padded / L;
+    std::int64_t j = 0;
+    for (; j + CV <= vectors; j += CV) {
+      value_rows<CV>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                     dv_padded);
+    }
+    for (; j < vectors; ++j) {
+      value_rows<1>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                    dv_padded);
     }
   }
 
-  // Few rows (decode): each row's whole output stays in registers while the group's V rows are
-  // read front to back, so V streams sequentially from memory.
+  // Few rows (decode): each row's whole output stays in registers while V rows are read front to
+  // back in place, so V streams sequentially from memory.
   template <int RB, int CV>
-  static void value_tile_full_rows(const float* p, std::int64_t row_stride, const KvT* values,
-                                   std::int64_t value_stride, std::int64_t num_keys, float* out,
-                                   std::int64_t out_stride) {
+  GATED_ATTENTION_ALWAYS_INLINE static void value_tile_full_rows(
+      const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
+      std::int64_t num_keys, float* out, std::int64_t out_stride) {
     V acc[RB][CV];
     for (int r = 0; r < RB; ++r) {
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
@@ -276,39 +307,25 @@ struct SdpaKernel {
     }
   }
 
-  static void accumulate_value_group(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                     const KvT* values, std::int64_t value_stride,
-                                     std::int64_t num_keys, std::int64_t dv, float* out,
-                                     std::int64_t out_stride) {
-    if constexpr (kDv > 0 && kDv % L == 0 && kDv / L <= 16) {
+  // Whether V can be read in place, row by row (decode with a compile-time dv).
+  static constexpr bool kFullRowValues = kDv > 0 && kDv % L == 0 && kDv / L <= 16;
+
+  static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                         const KvT* values, std::int64_t value_stride,
+                                         std::int64_t num_keys, float* out,
+                                         std::int64_t out_stride) {
+    if constexpr (kFullRowValues) {
       constexpr int CV = kDv / L;
       constexpr int RB = CV >= 16 ? 1 : 16 / CV;
-      if (use_dot_scores(rows)) {
-        std::int64_t r = 0;
-        for (; r + RB <= rows; r += RB) {
-          value_tile_full_rows<RB, CV>(p + r, row_stride, values, value_stride, num_keys,
-                                       out + r * out_stride, out_stride);
-        }
-        for (; r < rows; ++r) {
-          value_tile_full_rows<1, CV>(p + r, row_stride, values, value_stride, num_keys,
-                                      out + r * out_stride, out_stride);
-        }
-        return;
+      std::int64_t r = 0;
+      for (; r + RB <= rows; r += RB) {
+        value_tile_full_rows<RB, CV>(p + r, row_stride, values, value_stride, num_keys,
+                                     out + r * out_stride, out_stride);
       }
-    }
-    constexpr int CV = S::kDimVectors;
-    const std::int64_t groups = dv / (CV * L);
-    for (std::int64_t i = 0; i < groups; ++i) {
-      const std::int64_t c = i * CV * L;
-      value_rows<CV>(rows, p, row_stride, values + c, value_stride, num_keys, out + c, out_stride,
-                     0);
-    }
-    const std::int64_t rest = dv - groups * CV * L;
-    for (std::int64_t i = 0; i < (rest + L - 1) / L; ++i) {
-      const std::int64_t c = groups * CV * L + i * L;
-      const int tail = dv - c < L ? static_cast<int>(dv - c) : 0;
-      value_rows<1>(rows, p, row_stride, values + c, value_stride, num_keys, out + c, out_stride,
-                    tail);
+      for (; r < rows; ++r) {
+        value_tile_full_rows<1, CV>(p + r, row_stride, values, value_stride, num_keys,
+                                    out + r * out_stride, out_stride);
+      }
     }
   }
 
@@ -335,6 +352,18 @@ struct SdpaKernel {
         block_sum = S::add(block_sum, e);
       }
       S::store(sum + r, S::fma(S::load(sum + r), a, block_sum));
+    }
+  }
+
+  // Many rows: a block's compute outlasts fetching the next block from L3 or memory, so ask for
+  // the next block's K and V rows (into L2) before computing this one.
+  static void prefetch_keys_and_values(const KvT* k, std::int64_t k_stride, std::int64_t dk,
+                                       const KvT* v, std::int64_t v_stride, std::int64_t dv,
+                                       std::int64_t first, std::int64_t last) {
+    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(KvT));
+    for (std::int64_t n = first; n < last; ++n) {
+      for (std::int64_t d = 0; d < dk; d += kLine) __builtin_prefetch(k + n * k_stride + d, 0, 2);
+      for (std::int64_t d = 0; d < dv; d += kLine) __builtin_prefetch(v + n * v_stride + d, 0, 2);
     }
   }
 
@@ -438,25 +467,25 @@ struct SdpaKernel {
     if (begin < end) {
       const bool dot = use_dot_scores(rows);
       const std::int64_t dk_padded = round_up(dk, kRowPadding);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* q = &a.q(u.batch, i0 + r / g, u.kv_head, r % g, 0);
+      for (std::int64_t r = 0; r < rows_v; ++r) {
+        const T* q = r < rows ? &a.q(u.batch, i0 + r / g, u.kv_head, r % g, 0) : nullptr;
         if (dot) {
           float* row = w.q_t + r * dk_padded;
-          for (std::int64_t d = 0; d < dk; ++d) row[d] = q[d] * ctx.scale_log2;
-          for (std::int64_t d = dk; d < dk_padded; ++d) row[d] = 0.0f;
+          for (std::int64_t d = 0; d < dk_padded; ++d) {
+            row[d] = q != nullptr && d < dk ? q[d] * ctx.scale_log2 : 0.0f;
+          }
         } else {
-          for (std::int64_t d = 0; d < dk; ++d) w.q_t[d * rs + r] = q[d] * ctx.scale_log2;
+          for (std::int64_t d = 0; d < dk; ++d) {
+            *q_panel_element(w.q_t, rows_v, dk, r, d) = q != nullptr ? q[d] * ctx.scale_log2 : 0.0f;
+          }
         }
       }
-      if (dot) {
+      if (dot) {  // padded rows of S^T, which the dot kernel does not write
         for (std::int64_t n = 0; n < kKvBlock; ++n) {
           for (std::int64_t r = rows; r < rows_v; ++r) w.scores[n * rs + r] = 0.0f;
         }
-      } else {
-        for (std::int64_t d = 0; d < dk; ++d) {
-          for (std::int64_t r = rows; r < rows_v; ++r) w.q_t[d * rs + r] = 0.0f;
-        }
       }
+      const bool values_in_place = dot && kFullRowValues;
       const KvT* k_base = &a.k(u.batch, 0, u.kv_head, 0);
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
@@ -474,10 +503,11 @@ struct SdpaKernel {
         }
         if (!any) continue;
         if (dot) {
-          score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores,
-                    rs);
+          score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores, rs);
         } else {
-          scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rs, rows_v, dk, w.scores);
+          prefetch_keys_and_values(k_base, k_stride, dk, v_base, v_stride, dv, n0 + kKvBlock,
+                                   std::min(end, n0 + 2 * kKvBlock));
+          scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rows_v, dk, w.scores, rs);
         }
         if (!full) {
           for (std::int64_t n = 0; n < nb; ++n) {
@@ -492,7 +522,13 @@ struct SdpaKernel {
         for (std::int64_t r = 0; r < rows; ++r) {
           if (w.alpha[r] != 1.0f) scale_row(w.out + r * dvp, dvp, w.alpha[r]);
         }
-        accumulate_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb, dv, w.out, dvp);
+        if (values_in_place) {
+          accumulate_full_row_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb,
+                                     w.out, dvp);
+        } else {
+          pack_values(v_base + n0 * v_stride, v_stride, nb, dv, dvp, w.v_packed);
+          accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, w.out);
+        }
       }
     }
 
