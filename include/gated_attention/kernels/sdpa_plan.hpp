@@ -16,7 +16,7 @@
 namespace gated_attention::kernels {
 
 inline constexpr std::int64_t kRowPadding = 16;  // rows padded to the widest vector
-inline constexpr std::int64_t kTargetRows = 64;  // rows per unit (query positions x group)
+inline constexpr std::int64_t kTargetRows = 256;  // rows per unit: fewer K/V passes from L3
 inline constexpr std::int64_t kKvBlock = 64;     // keys per block: S^T tile and P.V reuse
 inline constexpr std::int64_t kMinKeysPerSplit = 512;
 

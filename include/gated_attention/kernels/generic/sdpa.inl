@@ -355,18 +355,6 @@ struct SdpaKernel {
     }
   }
 
-  // Many rows: a block's compute outlasts fetching the next block from L3 or memory, so ask for
-  // the next block's K and V rows (into L2) before computing this one.
-  static void prefetch_keys_and_values(const KvT* k, std::int64_t k_stride, std::int64_t dk,
-                                       const KvT* v, std::int64_t v_stride, std::int64_t dv,
-                                       std::int64_t first, std::int64_t last) {
-    constexpr std::int64_t kLine = 64 / static_cast<std::int64_t>(sizeof(KvT));
-    for (std::int64_t n = first; n < last; ++n) {
-      for (std::int64_t d = 0; d < dk; d += kLine) __builtin_prefetch(k + n * k_stride + d, 0, 2);
-      for (std::int64_t d = 0; d < dv; d += kLine) __builtin_prefetch(v + n * v_stride + d, 0, 2);
-    }
-  }
-
   static void scale_row(float* row, std::int64_t n, float factor) {
     const V f = S::set1(factor);
     for (std::int64_t c = 0; c < n; c += L) S::store(row + c, S::mul(S::load(row + c), f));
@@ -505,8 +493,7 @@ struct SdpaKernel {
         if (dot) {
           score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores, rs);
         } else {
-          prefetch_keys_and_values(k_base, k_stride, dk, v_base, v_stride, dv, n0 + kKvBlock,
-                                   std::min(end, n0 + 2 * kKvBlock));
+
           scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rows_v, dk, w.scores, rs);
         }
         if (!full) {
