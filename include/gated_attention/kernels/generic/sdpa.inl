@@ -310,21 +310,30 @@ struct SdpaKernel {
   // Whether V can be read in place, row by row (decode with a compile-time dv).
   static constexpr bool kFullRowValues = kDv > 0 && kDv % L == 0 && kDv / L <= 16;
 
-  static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                         const KvT* values, std::int64_t value_stride,
-                                         std::int64_t num_keys, float* out,
-                                         std::int64_t out_stride) {
+  // Keys per pass of the full-row value kernel: their V rows (16 KB at dv = 256) stay in L1 while
+  // every row reads them.
+  static constexpr std::int64_t kFullRowKeys = 16;
+
+  static void accumulate_full_row_values(const float* p, std::int64_t row_stride,
+                                         std::int64_t rows, const KvT* values,
+                                         std::int64_t value_stride, std::int64_t num_keys,
+                                         float* out, std::int64_t out_stride) {
     if constexpr (kFullRowValues) {
       constexpr int CV = kDv / L;
       constexpr int RB = CV >= 16 ? 1 : 16 / CV;
-      std::int64_t r = 0;
-      for (; r + RB <= rows; r += RB) {
-        value_tile_full_rows<RB, CV>(p + r, row_stride, values, value_stride, num_keys,
-                                     out + r * out_stride, out_stride);
-      }
-      for (; r < rows; ++r) {
-        value_tile_full_rows<1, CV>(p + r, row_stride, values, value_stride, num_keys,
-                                    out + r * out_stride, out_stride);
+      for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
+        const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
+        const float* pn = p + n * row_stride;
+        const KvT* vn = values + n * value_stride;
+        std::int64_t r = 0;
+        for (; r + RB <= rows; r += RB) {
+          value_tile_full_rows<RB, CV>(pn + r, row_stride, vn, value_stride, keys,
+                                       out + r * out_stride, out_stride);
+        }
+        for (; r < rows; ++r) {
+          value_tile_full_rows<1, CV>(pn + r, row_stride, vn, value_stride, keys,
+                                      out + r * out_stride, out_stride);
+        }
       }
     }
   }
