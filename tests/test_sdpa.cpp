@@ -696,8 +696,11 @@ TEST_CASE("sdpa: GQA ratios and query groups larger than one unit", "[sdpa][gqa]
     check_case(Case::make(name, 1, 9, 70, h[0], h[1], 32, 32).causal());
     check_case(Case::make(name + " decode", 2, 1, 70, h[0], h[1], 64, 64).with_kv_lens({70, 33}));
   }
-  // Group 80 > 64 rows: one query position per unit; several positions must still be right.
-  const Case big = Case::make("gqa group 80 prefill", 1, 5, 70, 80, 1, 64, 64).causal().with_lse();
+  // A group larger than a unit's target rows: one query position per unit; several positions
+  // must still be right.
+  const std::int64_t group = ga::kernels::kTargetRows + 44;
+  const Case big =
+      Case::make("gqa group > unit rows, prefill", 1, 4, 70, group, 1, 16, 16).causal().with_lse();
   REQUIRE(ga::kernels::make_sdpa_plan(Problem(big).args(), 1).q_block == 1);
   check_case(big);
 }

@@ -177,7 +177,7 @@ struct SdpaKernel {
   static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
                              const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
                              std::int64_t row_stride) {
-    constexpr int KB = RB >= 16 ? 1 : 16 / RB;
+    constexpr int KB = 4;  // 4 keys x 4 rows: 8 loads per 16 FMAs
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
       score_dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
@@ -189,16 +189,28 @@ struct SdpaKernel {
     }
   }
 
-  template <int RB = kMaxDotRows>
-  static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
-                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride) {
+  // Rows in groups of up to kDotRowBlock; each group streams the block's keys (L1-resident).
+  static constexpr int kDotRowBlock = 4;
+  template <int RB = kDotRowBlock>
+  static void score_dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
+                              std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
+                              std::int64_t dk, float* s, std::int64_t row_stride) {
     if constexpr (RB > 0) {
       if (rows == RB) {
         score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride);
       } else {
-        score_dot<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride);
+        score_dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s,
+                                row_stride);
       }
+    }
+  }
+
+  static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
+                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
+                        std::int64_t dk, float* s, std::int64_t row_stride) {
+    for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
+      score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
+                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride);
     }
   }
 
@@ -285,10 +297,21 @@ struct SdpaKernel {
     }
   }
 
-  // Few rows (decode): each row's whole output stays in registers while V rows are read front to
-  // back in place, so V streams sequentially from memory.
+  // Few rows (decode): V rows are read in place, a group of kFullRowKeys keys at a time (16 KB
+  // at dv = 256, L1-resident while every row and column chunk reads it), in tiles of
+  // kFullRowRows rows x kFullRowVectors vectors (8 loads per 16 FMAs).
+  static constexpr std::int64_t kFullRowKeys = 16;
+  static constexpr int kFullRowRows = 4;
+  static constexpr int kFullRowVectors = kDv > 0 && kDv % L == 0 ? ((kDv / L) % 4 == 0   ? 4
+                                                                    : (kDv / L) % 3 == 0 ? 3
+                                                                    : (kDv / L) % 2 == 0 ? 2
+                                                                                         : 1)
+                                                                 : 0;
+  // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
+  static constexpr bool kFullRowValues = kFullRowVectors > 0;
+
   template <int RB, int CV>
-  GATED_ATTENTION_ALWAYS_INLINE static void value_tile_full_rows(
+  GATED_ATTENTION_ALWAYS_INLINE static void value_tile_in_place(
       const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
       std::int64_t num_keys, float* out, std::int64_t out_stride) {
     V acc[RB][CV];
@@ -297,9 +320,11 @@ struct SdpaKernel {
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
       const KvT* row = values + n * value_stride;
+      V v[CV];
+      for (int c = 0; c < CV; ++c) v[c] = S::load(row + c * L);
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
-        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, S::load(row + c * L), acc[r][c]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
     for (int r = 0; r < RB; ++r) {
@@ -307,32 +332,35 @@ struct SdpaKernel {
     }
   }
 
-  // Whether V can be read in place, row by row (decode with a compile-time dv).
-  static constexpr bool kFullRowValues = kDv > 0 && kDv % L == 0 && kDv / L <= 16;
+  template <int RB = kFullRowRows>
+  static void value_in_place_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
+                                  const KvT* values, std::int64_t value_stride,
+                                  std::int64_t num_keys, float* out, std::int64_t out_stride) {
+    if constexpr (RB > 0 && kFullRowValues) {
+      if (rows == RB) {
+        value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
+                                                 out_stride);
+      } else {
+        value_in_place_rows<RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
+                                    out_stride);
+      }
+    }
+  }
 
-  // Keys per pass of the full-row value kernel: their V rows (16 KB at dv = 256) stay in L1 while
-  // every row reads them.
-  static constexpr std::int64_t kFullRowKeys = 16;
-
-  static void accumulate_full_row_values(const float* p, std::int64_t row_stride,
-                                         std::int64_t rows, const KvT* values,
-                                         std::int64_t value_stride, std::int64_t num_keys,
-                                         float* out, std::int64_t out_stride) {
+  static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                         const KvT* values, std::int64_t value_stride,
+                                         std::int64_t num_keys, float* out,
+                                         std::int64_t out_stride) {
     if constexpr (kFullRowValues) {
-      constexpr int CV = kDv / L;
-      constexpr int RB = CV >= 16 ? 1 : 16 / CV;
+      constexpr std::int64_t kColumns = kFullRowVectors * L;
       for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
-        const float* pn = p + n * row_stride;
-        const KvT* vn = values + n * value_stride;
-        std::int64_t r = 0;
-        for (; r + RB <= rows; r += RB) {
-          value_tile_full_rows<RB, CV>(pn + r, row_stride, vn, value_stride, keys,
-                                       out + r * out_stride, out_stride);
-        }
-        for (; r < rows; ++r) {
-          value_tile_full_rows<1, CV>(pn + r, row_stride, vn, value_stride, keys,
-                                      out + r * out_stride, out_stride);
+        for (std::int64_t c = 0; c < kDv; c += kColumns) {
+          for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
+            value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
+                                p + n * row_stride + r, row_stride, values + n * value_stride + c,
+                                value_stride, keys, out + r * out_stride + c, out_stride);
+          }
         }
       }
     }
@@ -502,7 +530,6 @@ struct SdpaKernel {
         if (dot) {
           score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores, rs);
         } else {
-
           scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rows_v, dk, w.scores, rs);
         }
         if (!full) {
