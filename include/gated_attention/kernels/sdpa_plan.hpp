@@ -15,10 +15,13 @@
 
 namespace gated_attention::kernels {
 
-inline constexpr std::int64_t kRowPadding = 16;  // rows padded to the widest vector
+inline constexpr std::int64_t kRowPadding = 16;   // rows padded to the widest vector
 inline constexpr std::int64_t kTargetRows = 256;  // rows per unit: fewer K/V passes from L3
-inline constexpr std::int64_t kKvBlock = 64;     // keys per block: S^T tile and P.V reuse
-inline constexpr std::int64_t kMinKeysPerSplit = 512;
+inline constexpr std::int64_t kKvBlock = 64;      // keys per block: S^T tile and P.V reuse
+inline constexpr std::int64_t kMinKeysPerSplit = 256;
+// Units with at most this many rows (decode) take every KV head of their batch entry, so each
+// K/V row is read whole: one sequential stream through the cache instead of one per head.
+inline constexpr std::int64_t kAllHeadsMaxRows = 8;
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) {
   return (x + m - 1) / m * m;
@@ -27,6 +30,7 @@ inline std::int64_t round_up(std::int64_t x, std::int64_t m) {
 struct SdpaPlan {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
   std::int64_t q_block = 0;     // query positions per unit
+  std::int64_t unit_heads = 1;  // KV heads per unit
   std::int64_t rows = 0;        // q_block * group
   std::int64_t row_stride = 0;  // rows padded to kRowPadding: stride of the row-indexed tiles
   std::int64_t dv_padded = 0;
@@ -55,7 +59,8 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
   p.row_stride = round_up(p.rows, kRowPadding);
   p.dv_padded = round_up(p.dv, kRowPadding);
   p.num_q_blocks = p.q_len > 0 ? (p.q_len + p.q_block - 1) / p.q_block : 0;
-  p.units = p.batch * p.kv_heads * p.num_q_blocks;
+  p.unit_heads = p.rows <= kAllHeadsMaxRows ? p.kv_heads : 1;
+  p.units = p.batch * (p.kv_heads / p.unit_heads) * p.num_q_blocks;
   // Split the keys when there are too few units to keep every worker busy.
   if (p.num_workers > 1 && p.units > 0 && p.units < 2 * p.num_workers) {
     const std::int64_t wanted = (2 * p.num_workers + p.units - 1) / p.units;
@@ -67,13 +72,14 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
 
 // Scratch of one worker, and the partial results of split units.
 struct SdpaWorkerScratch {
-  float* q_t = nullptr;            // [dk, row_stride] scaled queries, transposed
+  // Per unit head h, at offset h * (size of one head's array):
+  float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
   float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T
-  float* out = nullptr;            // [row_stride, dv_padded] unnormalised output
+  float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
   float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column
-  float* max = nullptr;            // [row_stride] running max (log2 units)
-  float* sum = nullptr;            // [row_stride] running sum of exp2(s - max)
-  float* alpha = nullptr;          // [row_stride] rescale factors of the current block
+  float* max = nullptr;            // [row_stride] running max, log2 units (per head)
+  float* sum = nullptr;            // [row_stride] running sum of exp2(s - max) (per head)
+  float* alpha = nullptr;          // [row_stride] rescale factors of the current block (per head)
   std::int64_t* key_lo = nullptr;  // [row_stride] first visible key per row
   std::int64_t* key_hi = nullptr;  // [row_stride] last visible key per row (< key_lo: none)
 };
@@ -91,24 +97,25 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
   SdpaLayout layout;
   layout.workers = ws.allocate<SdpaWorkerScratch>(static_cast<std::size_t>(p.num_workers));
   const auto rs = static_cast<std::size_t>(p.row_stride);
+  const auto heads = static_cast<std::size_t>(p.unit_heads);
   for (int w = 0; w < p.num_workers; ++w) {
     SdpaWorkerScratch s;
-    s.q_t = ws.allocate<float>(static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
+    s.q_t = ws.allocate<float>(heads * static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
     s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
-    s.out = ws.allocate<float>(rs * static_cast<std::size_t>(p.dv_padded));
+    s.out = ws.allocate<float>(heads * rs * static_cast<std::size_t>(p.dv_padded));
     s.v_packed = ws.allocate<float>(static_cast<std::size_t>(kKvBlock * p.dv_padded));
-    s.max = ws.allocate<float>(rs);
-    s.sum = ws.allocate<float>(rs);
-    s.alpha = ws.allocate<float>(rs);
+    s.max = ws.allocate<float>(heads * rs);
+    s.sum = ws.allocate<float>(heads * rs);
+    s.alpha = ws.allocate<float>(heads * rs);
     s.key_lo = ws.allocate<std::int64_t>(rs);
     s.key_hi = ws.allocate<std::int64_t>(rs);
     if (layout.workers != nullptr) layout.workers[w] = s;
   }
   if (p.splits > 1) {
-    const auto tasks = static_cast<std::size_t>(p.tasks);
-    layout.partial_out = ws.allocate<float>(tasks * rs * static_cast<std::size_t>(p.dv_padded));
-    layout.partial_max = ws.allocate<float>(tasks * rs);
-    layout.partial_sum = ws.allocate<float>(tasks * rs);
+    const auto partials = static_cast<std::size_t>(p.tasks) * heads;
+    layout.partial_out = ws.allocate<float>(partials * rs * static_cast<std::size_t>(p.dv_padded));
+    layout.partial_max = ws.allocate<float>(partials * rs);
+    layout.partial_sum = ws.allocate<float>(partials * rs);
   }
   layout.complete = !ws.is_counting() && !ws.exhausted();
   return layout;
@@ -117,13 +124,15 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
 // Unit u -> (batch entry, KV head, query block), heaviest (latest) query blocks first so that
 // dynamic scheduling balances causal work.
 struct SdpaUnit {
-  std::int64_t batch, kv_head, q_block;
+  std::int64_t batch, kv_head, q_block;  // kv_head: the first of the unit's unit_heads heads
 };
 
 inline SdpaUnit decode_unit(const SdpaPlan& p, std::int64_t unit) {
-  const std::int64_t per_block = p.batch * p.kv_heads;
+  const std::int64_t head_groups = p.kv_heads / p.unit_heads;
+  const std::int64_t per_block = p.batch * head_groups;
   const std::int64_t rest = unit % per_block;
-  return {rest / p.kv_heads, rest % p.kv_heads, p.num_q_blocks - 1 - unit / per_block};
+  return {rest / head_groups, rest % head_groups * p.unit_heads,
+          p.num_q_blocks - 1 - unit / per_block};
 }
 
 }  // namespace gated_attention::kernels

@@ -483,25 +483,28 @@ struct SdpaKernel {
       begin = split_begin;
     }
 
-    for (std::int64_t r = 0; r < rows_v; ++r) {
-      w.max[r] = -std::numeric_limits<float>::infinity();
-      w.sum[r] = 0.0f;
-    }
-    std::fill(w.out, w.out + rows_v * dvp, 0.0f);
+    const std::int64_t heads = p.unit_heads;
+    const std::int64_t dk_padded = round_up(dk, kRowPadding);
+    const std::int64_t q_size = dk_padded * rs, out_size = rs * dvp;
+    std::fill(w.max, w.max + heads * rs, -std::numeric_limits<float>::infinity());
+    std::fill(w.sum, w.sum + heads * rs, 0.0f);
+    std::fill(w.out, w.out + heads * out_size, 0.0f);
 
     if (begin < end) {
       const bool dot = use_dot_scores(rows);
-      const std::int64_t dk_padded = round_up(dk, kRowPadding);
-      for (std::int64_t r = 0; r < rows_v; ++r) {
-        const T* q = r < rows ? &a.q(u.batch, i0 + r / g, u.kv_head, r % g, 0) : nullptr;
-        if (dot) {
-          float* row = w.q_t + r * dk_padded;
-          for (std::int64_t d = 0; d < dk_padded; ++d) {
-            row[d] = q != nullptr && d < dk ? q[d] * ctx.scale_log2 : 0.0f;
-          }
-        } else {
-          for (std::int64_t d = 0; d < dk; ++d) {
-            *q_panel_element(w.q_t, rows_v, dk, r, d) = q != nullptr ? q[d] * ctx.scale_log2 : 0.0f;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        float* q_t = w.q_t + h * q_size;
+        for (std::int64_t r = 0; r < rows_v; ++r) {
+          const T* q = r < rows ? &a.q(u.batch, i0 + r / g, u.kv_head + h, r % g, 0) : nullptr;
+          if (dot) {
+            float* row = q_t + r * dk_padded;
+            for (std::int64_t d = 0; d < dk_padded; ++d) {
+              row[d] = q != nullptr && d < dk ? q[d] * ctx.scale_log2 : 0.0f;
+            }
+          } else {
+            for (std::int64_t d = 0; d < dk; ++d) {
+              *q_panel_element(q_t, rows_v, dk, r, d) = q != nullptr ? q[d] * ctx.scale_log2 : 0.0f;
+            }
           }
         }
       }
@@ -514,6 +517,7 @@ struct SdpaKernel {
       const KvT* k_base = &a.k(u.batch, 0, u.kv_head, 0);
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
+      const std::int64_t k_head_stride = a.k.strides[2], v_head_stride = a.v.strides[2];
       for (std::int64_t n0 = begin; n0 < end; n0 += kKvBlock) {
         const std::int64_t nb = std::min(kKvBlock, end - n0);
         const std::int64_t n1 = n0 + nb - 1;
@@ -527,43 +531,57 @@ struct SdpaKernel {
           if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
         }
         if (!any) continue;
-        if (dot) {
-          score_dot(rows, k_base + n0 * k_stride, k_stride, nb, w.q_t, dk_padded, dk, w.scores, rs);
-        } else {
-          scores(k_base + n0 * k_stride, k_stride, nb, w.q_t, rows_v, dk, w.scores, rs);
-        }
-        if (!full) {
-          for (std::int64_t n = 0; n < nb; ++n) {
-            for (std::int64_t r = 0; r < rows_v; ++r) {
-              if (n0 + n < w.key_lo[r] || n0 + n > w.key_hi[r]) {
-                w.scores[n * rs + r] = -std::numeric_limits<float>::infinity();
+        // All of the unit's heads on this block in turn: their K/V rows share cache lines' pages
+        // and are read together.
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
+          const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
+          float* out = w.out + h * out_size;
+          if (dot) {
+            score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs);
+          } else {
+            scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
+          }
+          if (!full) {
+            for (std::int64_t n = 0; n < nb; ++n) {
+              for (std::int64_t r = 0; r < rows_v; ++r) {
+                if (n0 + n < w.key_lo[r] || n0 + n > w.key_hi[r]) {
+                  w.scores[n * rs + r] = -std::numeric_limits<float>::infinity();
+                }
               }
             }
           }
-        }
-        softmax_block(w.scores, nb, rows_v, rs, w.max, w.sum, w.alpha);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          if (w.alpha[r] != 1.0f) scale_row(w.out + r * dvp, dvp, w.alpha[r]);
-        }
-        if (values_in_place) {
-          accumulate_full_row_values(w.scores, rs, rows, v_base + n0 * v_stride, v_stride, nb,
-                                     w.out, dvp);
-        } else {
-          pack_values(v_base + n0 * v_stride, v_stride, nb, dv, dvp, w.v_packed);
-          accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, w.out);
+          float* alpha = w.alpha + h * rs;
+          softmax_block(w.scores, nb, rows_v, rs, w.max + h * rs, w.sum + h * rs, alpha);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            if (alpha[r] != 1.0f) scale_row(out + r * dvp, dvp, alpha[r]);
+          }
+          if (values_in_place) {
+            accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
+          } else {
+            pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
+            accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+          }
         }
       }
     }
 
-    if (p.splits == 1) {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        finalize_row(ctx, u, i0 + r / g, r % g, w.out + r * dvp, w.max[r], w.sum[r], dv);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* out = w.out + h * out_size;
+      const float* max = w.max + h * rs;
+      const float* sum = w.sum + h * rs;
+      if (p.splits == 1) {
+        const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
+        for (std::int64_t r = 0; r < rows; ++r) {
+          finalize_row(ctx, head_unit, i0 + r / g, r % g, out + r * dvp, max[r], sum[r], dv);
+        }
+      } else {
+        const SdpaLayout& l = *ctx.layout;
+        const std::int64_t partial = task_index * heads + h;
+        std::copy(out, out + rows * dvp, l.partial_out + partial * out_size);
+        std::copy(max, max + rows, l.partial_max + partial * rs);
+        std::copy(sum, sum + rows, l.partial_sum + partial * rs);
       }
-    } else {
-      const SdpaLayout& l = *ctx.layout;
-      std::copy(w.out, w.out + rows * dvp, l.partial_out + task_index * rs * dvp);
-      std::copy(w.max, w.max + rows, l.partial_max + task_index * rs);
-      std::copy(w.sum, w.sum + rows, l.partial_sum + task_index * rs);
     }
   }
 };
@@ -579,30 +597,34 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
   const SdpaWorkerScratch& w = l.workers[worker];
   const SdpaUnit u = decode_unit(p, unit_index);
   const std::int64_t g = p.group, rs = p.row_stride, dvp = p.dv_padded;
+  const std::int64_t heads = p.unit_heads;
   const std::int64_t i0 = u.q_block * p.q_block;
   const std::int64_t rows = std::min(p.q_block, p.q_len - i0) * g;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float max = -std::numeric_limits<float>::infinity();
-    for (std::int64_t s = 0; s < p.splits; ++s) {
-      max = std::max(max, l.partial_max[(unit_index * p.splits + s) * rs + r]);
-    }
-    float sum = 0.0f;
-    float* o = w.out;
-    std::fill(o, o + dvp, 0.0f);
-    if (max != -std::numeric_limits<float>::infinity()) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float max = -std::numeric_limits<float>::infinity();
       for (std::int64_t s = 0; s < p.splits; ++s) {
-        const std::int64_t t = unit_index * p.splits + s;
-        const float weight = std::exp2(l.partial_max[t * rs + r] - max);
-        if (weight == 0.0f) continue;
-        sum += weight * l.partial_sum[t * rs + r];
-        const float* po = l.partial_out + (t * rs + r) * dvp;
-        const typename S::V wv = S::set1(weight);
-        for (std::int64_t c = 0; c < dvp; c += S::kLanes) {
-          S::store(o + c, S::fma(wv, S::load(po + c), S::load(o + c)));
+        max = std::max(max, l.partial_max[((unit_index * p.splits + s) * heads + h) * rs + r]);
+      }
+      float sum = 0.0f;
+      float* o = w.out;
+      std::fill(o, o + dvp, 0.0f);
+      if (max != -std::numeric_limits<float>::infinity()) {
+        for (std::int64_t s = 0; s < p.splits; ++s) {
+          const std::int64_t t = (unit_index * p.splits + s) * heads + h;  // split s, head h
+          const float weight = std::exp2(l.partial_max[t * rs + r] - max);
+          if (weight == 0.0f) continue;
+          sum += weight * l.partial_sum[t * rs + r];
+          const float* po = l.partial_out + (t * rs + r) * dvp;
+          const typename S::V wv = S::set1(weight);
+          for (std::int64_t c = 0; c < dvp; c += S::kLanes) {
+            S::store(o + c, S::fma(wv, S::load(po + c), S::load(o + c)));
+          }
         }
       }
+      Kernel::finalize_row(ctx, head_unit, i0 + r / g, r % g, o, max, sum, p.dv);
     }
-    Kernel::finalize_row(ctx, u, i0 + r / g, r % g, o, max, sum, p.dv);
   }
 }
 
