@@ -518,8 +518,11 @@ struct SdpaKernel {
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
       const std::int64_t k_head_stride = a.k.strides[2], v_head_stride = a.v.strides[2];
-      for (std::int64_t n0 = begin; n0 < end; n0 += kKvBlock) {
-        const std::int64_t nb = std::min(kKvBlock, end - n0);
+      // Few rows: blocks of kDecodeKvBlock keys, whose K rows (then V rows) of every head of the
+      // unit lie together in memory and are read as one sequential stream.
+      const std::int64_t block = dot ? kDecodeKvBlock : kKvBlock;
+      for (std::int64_t n0 = begin; n0 < end; n0 += block) {
+        const std::int64_t nb = std::min(block, end - n0);
         const std::int64_t n1 = n0 + nb - 1;
         bool any = false, full = true;
         for (std::int64_t r = 0; r < rows; r += g) {
