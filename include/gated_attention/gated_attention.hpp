@@ -13,6 +13,7 @@
 #include "gated_attention/dispatch/cpu.hpp"
 #include "gated_attention/ops/heads.hpp"
 #include "gated_attention/ops/linear_args.hpp"
+#include "gated_attention/ops/output_gate.hpp"
 #include "gated_attention/ops/output_gate_args.hpp"
 #include "gated_attention/ops/rms_norm_args.hpp"
 #include "gated_attention/ops/rope_args.hpp"

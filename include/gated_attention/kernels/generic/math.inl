@@ -1,0 +1,65 @@
+// Vectorised math shared by the kernels, written once over the enclosing ISA's `Simd` (included
+// inside kernels::scalar, kernels::avx2, ... and their target regions).
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+// 2^x in f32 lanes: degree-7 polynomial on the fraction, max relative error 2e-7 (measured by the
+// "exp2" test in tests/test_sdpa.cpp); x < -126 gives exactly 0 (no denormals), x > 126 saturates
+// at 2^126.
+inline Simd::V exp2_lanes(Simd::V x) {
+  using S = Simd;
+  const S::V lowest = S::set1(-126.0f);
+  const S::V clamped = S::min(S::max(x, lowest), S::set1(126.0f));
+  const S::V n = S::round_nearest(clamped);
+  const S::V f = S::sub(clamped, n);  // [-0.5, 0.5]
+  S::V p = S::set1(1.5252734e-05f);
+  p = S::fma(p, f, S::set1(1.5403530e-04f));
+  p = S::fma(p, f, S::set1(1.3333558e-03f));
+  p = S::fma(p, f, S::set1(9.6181291e-03f));
+  p = S::fma(p, f, S::set1(5.5504109e-02f));
+  p = S::fma(p, f, S::set1(2.4022651e-01f));
+  p = S::fma(p, f, S::set1(6.9314718e-01f));
+  p = S::fma(p, f, S::set1(1.0f));
+  return S::select_less(x, lowest, S::zero(), S::mul(p, S::pow2_integral(n)));
+}
+
+// exp2_lanes over an array (tests measure its error through this).
+inline void exp2_array(const float* x, float* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + Simd::kLanes <= n; i += Simd::kLanes)
+    Simd::store(y + i, exp2_lanes(Simd::load(x + i)));
+  if (i < n) {
+    const int tail = static_cast<int>(n - i);
+    Simd::store_partial(y + i, exp2_lanes(Simd::load_partial(x + i, tail)), tail);
+  }
+}
+
+// sigmoid(x) = 1 / (1 + 2^(-x log2 e)): absolute error <= 1e-7, relative error
+// <= 4e-7 + 7e-8 |x| (x log2 e is rounded to float; tests/test_output_gate.cpp). Saturates without
+// overflow or denormals: exactly 1 for x > 87.4, and 2^-126 (the smallest normal) instead of a
+// denormal for x < -87.3.
+inline Simd::V sigmoid_lanes(Simd::V x) {
+  using S = Simd;
+  const S::V one = S::set1(1.0f);
+  return S::div(one, S::add(one, exp2_lanes(S::mul(x, S::set1(-kLog2e)))));
+}
+
+inline Simd::V gate_lanes(Simd::V attn, Simd::V g, GateActivation activation, GateCombine combine) {
+  using S = Simd;
+  S::V act = sigmoid_lanes(g);
+  if (activation == GateActivation::silu) act = S::mul(g, act);
+  return combine == GateCombine::multiply ? S::mul(attn, act) : S::add(attn, act);
+}
+
+// sigmoid_lanes over an array (tests measure its error through this).
+inline void sigmoid_array(const float* x, float* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + Simd::kLanes <= n; i += Simd::kLanes) {
+    Simd::store(y + i, sigmoid_lanes(Simd::load(x + i)));
+  }
+  if (i < n) {
+    const int tail = static_cast<int>(n - i);
+    Simd::store_partial(y + i, sigmoid_lanes(Simd::load_partial(x + i, tail)), tail);
+  }
+}
