@@ -1,9 +1,11 @@
 // sdpa/<gate>/f32/<shape>/threads:<n>: the fused SDPA op on the named shapes, causal, with no gate,
 // a headwise gate or an elementwise gate. Counters: flops (useful FLOP/s) and, for decode shapes,
-// bytes_per_second (K/V bytes read per second).
+// bytes_per_second (K/V bytes read per second). sdpa_stats/elementwise/...: the same with every
+// AttentionStats output on.
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
+#include <array>
 #include <chrono>
 #include <random>
 #include <string>
@@ -29,7 +31,7 @@ std::vector<float> random_buffer(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
-void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads, bool stats) {
   const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads, d = s.head_dim;
   const auto q = random_buffer(static_cast<std::size_t>(b * s.q_len * hq * d), 1);
   const auto k = random_buffer(static_cast<std::size_t>(b * s.kv_len * hkv * d), 2);
@@ -54,6 +56,18 @@ void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads)
                         hkv);
   }
 
+  // Statistics: every per-row output of AttentionStats, [b, q_len, kv_heads, group].
+  const std::array<std::int64_t, 4> stats_extents = {b, s.q_len, hkv, hq / hkv};
+  std::vector<float> stats_buffers(5 * static_cast<std::size_t>(b * s.q_len * hq));
+  if (stats) {
+    ga::TensorView<float, 4>* views[] = {&args.stats.sink_share, &args.stats.gate_mean,
+                                         &args.stats.gate_below_0_1, &args.stats.max_abs_before,
+                                         &args.stats.max_abs_after};
+    for (int i = 0; i < 5; ++i) {
+      *views[i] = ga::TensorView<float, 4>::contiguous(stats_buffers.data() + i * b * s.q_len * hq,
+                                                       stats_extents);
+    }
+  }
   ga::ThreadPool pool(threads);
   const ga::Executor executor = threads > 1 ? pool.executor() : ga::Executor{};
   std::vector<unsigned char> workspace(ga::workspace_size(args, executor));
@@ -85,8 +99,14 @@ int register_sdpa() {
       for (int threads : {1, 2}) {
         const std::string name = std::string("sdpa/") + gate_name(gate) + "/f32/" + s.name +
                                  "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), run_sdpa, s, gate, threads)
+        benchmark::RegisterBenchmark(name.c_str(), run_sdpa, s, gate, threads, false)
             ->Unit(benchmark::kMillisecond);
+        if (gate == Gate::elementwise) {  // the statistics' cost: compare with sdpa/elementwise
+          const std::string stats_name = std::string("sdpa_stats/elementwise/f32/") + s.name +
+                                         "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(stats_name.c_str(), run_sdpa, s, gate, threads, true)
+              ->Unit(benchmark::kMillisecond);
+        }
       }
     }
   }

@@ -81,15 +81,17 @@ struct SdpaWorkerScratch {
   float* max = nullptr;            // [row_stride] running max, log2 units (per head)
   float* sum = nullptr;            // [row_stride] running sum of exp2(s - max) (per head)
   float* alpha = nullptr;          // [row_stride] rescale factors of the current block (per head)
+  float* sink = nullptr;           // [row_stride] probability mass on the sink keys (per head)
   std::int64_t* key_lo = nullptr;  // [row_stride] first visible key per row
   std::int64_t* key_hi = nullptr;  // [row_stride] last visible key per row (< key_lo: none)
 };
 
 struct SdpaLayout {
   SdpaWorkerScratch* workers = nullptr;  // [num_workers]
-  float* partial_out = nullptr;          // [tasks, row_stride, dv_padded] when split
-  float* partial_max = nullptr;          // [tasks, row_stride]
-  float* partial_sum = nullptr;          // [tasks, row_stride]
+  float* partial_out = nullptr;          // [tasks, unit_heads, row_stride, dv_padded] when split
+  float* partial_max = nullptr;          // [tasks, unit_heads, row_stride]
+  float* partial_sum = nullptr;          // [tasks, unit_heads, row_stride]
+  float* partial_sink = nullptr;         // [tasks, unit_heads, row_stride]
   bool complete = false;                 // every allocation succeeded
 };
 
@@ -108,6 +110,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
     s.max = ws.allocate<float>(heads * rs);
     s.sum = ws.allocate<float>(heads * rs);
     s.alpha = ws.allocate<float>(heads * rs);
+    s.sink = ws.allocate<float>(heads * rs);
     s.key_lo = ws.allocate<std::int64_t>(rs);
     s.key_hi = ws.allocate<std::int64_t>(rs);
     if (layout.workers != nullptr) layout.workers[w] = s;
@@ -117,6 +120,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
     layout.partial_out = ws.allocate<float>(partials * rs * static_cast<std::size_t>(p.dv_padded));
     layout.partial_max = ws.allocate<float>(partials * rs);
     layout.partial_sum = ws.allocate<float>(partials * rs);
+    layout.partial_sink = ws.allocate<float>(partials * rs);
   }
   layout.complete = !ws.is_counting() && !ws.exhausted();
   return layout;

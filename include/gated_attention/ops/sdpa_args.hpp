@@ -8,8 +8,10 @@
 // normaliser but has no value row. A row with no attended key outputs 0 (before the gate).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/tensor_view.hpp"
@@ -38,6 +40,23 @@ struct Mask {
   }
 };
 
+// Optional per-row statistics of what the paper measures, all [b, q_len, kv_heads, group]: the
+// attention sink and the gate's sparsity. A null view is not computed; with every view null the
+// kernels skip the statistics entirely.
+struct AttentionStats {
+  std::int64_t n_sink = 1;              // the first n_sink keys count as the sink
+  TensorView<float, 4> sink_share;      // softmax probability on keys [0, n_sink)
+  TensorView<float, 4> gate_mean;       // mean of act(gate) over d (1 without a gate)
+  TensorView<float, 4> gate_below_0_1;  // fraction of act(gate) < 0.1 over d (0 without a gate)
+  TensorView<float, 4> max_abs_before;  // max |attention output| over d, before the gate
+  TensorView<float, 4> max_abs_after;   // max |output| over d, after the gate
+
+  bool enabled() const {
+    return sink_share.data || gate_mean.data || gate_below_0_1.data || max_abs_before.data ||
+           max_abs_after.data;
+  }
+};
+
 template <class T, class KvT = T>
 struct SdpaArgs {
   TensorView<const T, 5> q;                     // [b, q_len, kv_heads, group, dk]
@@ -52,6 +71,7 @@ struct SdpaArgs {
   TensorView<float, 4> maybe_lse;  // [b, q_len, kv_heads, group] log of the softmax normaliser
                                    // (natural log, sinks included); -inf for rows without keys
   GateSpec<T> gate;                // optional output gate, applied to every output row
+  AttentionStats stats;            // optional statistics (sink share, gate sparsity, magnitudes)
 
   float effective_scale() const {
     return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(q.extents[4]));
@@ -88,6 +108,23 @@ Status validate(const SdpaArgs<T, KvT>& args) {
   if (args.maybe_lse.data != nullptr) {
     GATED_ATTENTION_RETURN_IF_ERROR(check_view("lse", args.maybe_lse, {q[0], q[1], q[2], q[3]},
                                                {"batch", "q length", "kv heads", "group"}));
+  }
+  const std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats = {{
+      {"stats.sink_share", &args.stats.sink_share},
+      {"stats.gate_mean", &args.stats.gate_mean},
+      {"stats.gate_below_0_1", &args.stats.gate_below_0_1},
+      {"stats.max_abs_before", &args.stats.max_abs_before},
+      {"stats.max_abs_after", &args.stats.max_abs_after},
+  }};
+  for (const auto& [name, view] : stats) {
+    if (view->data == nullptr) continue;
+    GATED_ATTENTION_RETURN_IF_ERROR(check_view(name, *view, {q[0], q[1], q[2], q[3]},
+                                               {"batch", "q length", "kv heads", "group"}));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "out", args.out));
+  }
+  if (args.stats.n_sink < 0) {
+    return Status::error(StatusCode::invalid_argument, "stats.n_sink: expected >= 0, got %lld",
+                         static_cast<long long>(args.stats.n_sink));
   }
   if (!std::isfinite(args.scale)) {
     return Status::error(StatusCode::invalid_argument, "scale: expected a finite value, got %g",

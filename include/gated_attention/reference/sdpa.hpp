@@ -63,10 +63,42 @@ Status sdpa(const SdpaArgs<T, KvT>& args) {
             args.maybe_lse(b, i, kv, j) =
                 static_cast<float>(denom > 0.0 ? max_logit + std::log(denom) : neg_inf);
           }
+          double max_before = 0.0, max_after = 0.0, gate_sum = 0.0, gate_small = 0.0;
           for (std::int64_t d = 0; d < dv; ++d) {
-            double o = denom > 0.0 ? acc[d] / denom : 0.0;
-            if (args.gate.enabled()) o = apply_gate(args.gate, {b, i, kv, j, d}, o);
+            const double attended = denom > 0.0 ? acc[d] / denom : 0.0;
+            double o = attended;
+            double activated = 1.0;
+            if (args.gate.enabled()) {
+              activated = gate_activation(args.gate.activation,
+                                          as_double(args.gate.values(b, i, kv, j, d)));
+              o = gate_combine(args.gate.combine, attended, activated);
+            }
+            max_before = std::max(max_before, std::fabs(attended));
+            max_after = std::max(max_after, std::fabs(o));
+            gate_sum += activated;
+            gate_small += activated < 0.1 ? 1.0 : 0.0;
             args.out(b, i, kv, j, d) = from_double<T>(o);
+          }
+          const AttentionStats& st = args.stats;
+          if (st.sink_share.data != nullptr) {
+            double sink_mass = 0.0;
+            for (std::int64_t key = 0; key < std::min(st.n_sink, kv_len); ++key) {
+              if (logits[key] != neg_inf) sink_mass += std::exp(logits[key] - max_logit);
+            }
+            st.sink_share(b, i, kv, j) = static_cast<float>(denom > 0.0 ? sink_mass / denom : 0.0);
+          }
+          if (st.gate_mean.data != nullptr) {
+            st.gate_mean(b, i, kv, j) = static_cast<float>(gate_sum / static_cast<double>(dv));
+          }
+          if (st.gate_below_0_1.data != nullptr) {
+            st.gate_below_0_1(b, i, kv, j) =
+                static_cast<float>(gate_small / static_cast<double>(dv));
+          }
+          if (st.max_abs_before.data != nullptr) {
+            st.max_abs_before(b, i, kv, j) = static_cast<float>(max_before);
+          }
+          if (st.max_abs_after.data != nullptr) {
+            st.max_abs_after(b, i, kv, j) = static_cast<float>(max_after);
           }
         }
       }

@@ -353,8 +353,11 @@ struct SdpaKernel {
   }
 
   // Normalises one row, adds the sink, writes lse, applies the gate and stores the output.
+  // Normalises one row, adds the sink, writes lse and the statistics, applies the gate and stores
+  // the output. sink_mass: the row's unnormalised probability mass on keys [0, n_sink).
   static void finalize_row(const SdpaContext<T, KvT>& ctx, const SdpaUnit& u, std::int64_t i,
-                           std::int64_t j, const float* o, float max, float sum, std::int64_t dv) {
+                           std::int64_t j, float* o, float max, float sum, float sink_mass,
+                           std::int64_t dv) {
     const SdpaArgs<T, KvT>& a = *ctx.args;
     const std::int64_t head = u.kv_head * a.q.extents[3] + j;
     float scale = 1.0f;
@@ -377,19 +380,52 @@ struct SdpaKernel {
     const bool gated = a.gate.enabled();
     const T* gate = gated ? &a.gate.values(u.batch, i, u.kv_head, j, 0) : nullptr;
     const bool gate_broadcast = gated && a.gate.values.strides[4] == 0;
+    const AttentionStats& st = a.stats;
+    const bool stats = st.enabled();
+    float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
     for (std::int64_t c = 0; c < dv; c += L) {
       const int n = dv - c < L ? static_cast<int>(dv - c) : L;
-      V x = S::mul(S::load(o + c), inv_v);
+      const V x = S::mul(S::load(o + c), inv_v);
+      V y = x;
       if (gated) {
         const V g = gate_broadcast ? S::set1(*gate)
                                    : (n < L ? S::load_partial(gate + c, n) : S::load(gate + c));
-        x = gate_lanes(x, g, a.gate.activation, a.gate.combine);
+        y = gate_lanes(x, g, a.gate.activation, a.gate.combine);
+        if (stats) {  // act(g), lane by lane (statistics only)
+          V act = sigmoid_lanes(g);
+          if (a.gate.activation == GateActivation::silu) act = S::mul(g, act);
+          float lanes[L];
+          S::store(lanes, act);
+          for (int k = 0; k < n; ++k) {
+            gate_sum += lanes[k];
+            gate_small += lanes[k] < 0.1f ? 1.0f : 0.0f;
+          }
+        }
+      }
+      if (stats) {
+        float xs[L], ys[L];
+        S::store(xs, x);
+        S::store(ys, y);
+        for (int k = 0; k < n; ++k) {
+          max_before = std::max(max_before, std::fabs(xs[k]));
+          max_after = std::max(max_after, std::fabs(ys[k]));
+        }
       }
       if (n < L) {
-        S::store_partial(out + c, x, n);
+        S::store_partial(out + c, y, n);
       } else {
-        S::store(out + c, x);
+        S::store(out + c, y);
       }
+    }
+    if (stats) {
+      const float d = static_cast<float>(dv);
+      if (st.sink_share.data) st.sink_share(u.batch, i, u.kv_head, j) = sink_mass * inv;
+      if (st.gate_mean.data) st.gate_mean(u.batch, i, u.kv_head, j) = gated ? gate_sum / d : 1.0f;
+      if (st.gate_below_0_1.data) {
+        st.gate_below_0_1(u.batch, i, u.kv_head, j) = gated ? gate_small / d : 0.0f;
+      }
+      if (st.max_abs_before.data) st.max_abs_before(u.batch, i, u.kv_head, j) = max_before;
+      if (st.max_abs_after.data) st.max_abs_after(u.batch, i, u.kv_head, j) = max_after;
     }
   }
 
@@ -444,6 +480,8 @@ struct SdpaKernel {
     std::fill(w.max, w.max + heads * rs, -std::numeric_limits<float>::infinity());
     std::fill(w.sum, w.sum + heads * rs, 0.0f);
     std::fill(w.out, w.out + heads * out_size, 0.0f);
+    const bool track_sink = a.stats.sink_share.data != nullptr;
+    if (track_sink) std::fill(w.sink, w.sink + heads * rs, 0.0f);
 
     if (begin < end) {
       const bool dot = use_dot_scores(rows);
@@ -514,6 +552,13 @@ struct SdpaKernel {
           for (std::int64_t r = 0; r < rows; ++r) {
             if (alpha[r] != 1.0f) scale_row(out + r * dvp, dvp, alpha[r]);
           }
+          if (track_sink) {  // probability mass on the sink keys, rescaled like the sums
+            float* sink = w.sink + h * rs;
+            for (std::int64_t r = 0; r < rows; ++r) sink[r] *= alpha[r];
+            for (std::int64_t n = 0; n < std::min(nb, a.stats.n_sink - n0); ++n) {
+              for (std::int64_t r = 0; r < rows; ++r) sink[r] += w.scores[n * rs + r];
+            }
+          }
           if (values_in_place) {
             accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
           } else {
@@ -525,13 +570,15 @@ struct SdpaKernel {
     }
 
     for (std::int64_t h = 0; h < heads; ++h) {
-      const float* out = w.out + h * out_size;
+      float* out = w.out + h * out_size;
       const float* max = w.max + h * rs;
       const float* sum = w.sum + h * rs;
+      const float* sink = w.sink + h * rs;
       if (p.splits == 1) {
         const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
         for (std::int64_t r = 0; r < rows; ++r) {
-          finalize_row(ctx, head_unit, i0 + r / g, r % g, out + r * dvp, max[r], sum[r], dv);
+          finalize_row(ctx, head_unit, i0 + r / g, r % g, out + r * dvp, max[r], sum[r],
+                       track_sink ? sink[r] : 0.0f, dv);
         }
       } else {
         const SdpaLayout& l = *ctx.layout;
@@ -539,6 +586,7 @@ struct SdpaKernel {
         std::copy(out, out + rows * dvp, l.partial_out + partial * out_size);
         std::copy(max, max + rows, l.partial_max + partial * rs);
         std::copy(sum, sum + rows, l.partial_sum + partial * rs);
+        if (track_sink) std::copy(sink, sink + rows, l.partial_sink + partial * rs);
       }
     }
   }
@@ -565,7 +613,8 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
       for (std::int64_t s = 0; s < p.splits; ++s) {
         max = std::max(max, l.partial_max[((unit_index * p.splits + s) * heads + h) * rs + r]);
       }
-      float sum = 0.0f;
+      float sum = 0.0f, sink = 0.0f;
+      const bool track_sink = ctx.args->stats.sink_share.data != nullptr;
       float* o = w.out;
       std::fill(o, o + dvp, 0.0f);
       if (max != -std::numeric_limits<float>::infinity()) {
@@ -574,6 +623,7 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
           const float weight = std::exp2(l.partial_max[t * rs + r] - max);
           if (weight == 0.0f) continue;
           sum += weight * l.partial_sum[t * rs + r];
+          if (track_sink) sink += weight * l.partial_sink[t * rs + r];
           const float* po = l.partial_out + (t * rs + r) * dvp;
           const typename S::V wv = S::set1(weight);
           for (std::int64_t c = 0; c < dvp; c += S::kLanes) {
@@ -581,7 +631,7 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
           }
         }
       }
-      Kernel::finalize_row(ctx, head_unit, i0 + r / g, r % g, o, max, sum, p.dv);
+      Kernel::finalize_row(ctx, head_unit, i0 + r / g, r % g, o, max, sum, sink, p.dv);
     }
   }
 }
