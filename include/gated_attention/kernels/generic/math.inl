@@ -45,11 +45,17 @@ inline Simd::V sigmoid_lanes(Simd::V x) {
   return S::div(one, S::add(one, exp2_lanes(S::mul(x, S::set1(-kLog2e)))));
 }
 
+inline Simd::V activation_lanes(Simd::V g, GateActivation activation) {
+  const Simd::V s = sigmoid_lanes(g);
+  return activation == GateActivation::silu ? Simd::mul(g, s) : s;
+}
+
+inline Simd::V combine_lanes(Simd::V attn, Simd::V activated, GateCombine combine) {
+  return combine == GateCombine::multiply ? Simd::mul(attn, activated) : Simd::add(attn, activated);
+}
+
 inline Simd::V gate_lanes(Simd::V attn, Simd::V g, GateActivation activation, GateCombine combine) {
-  using S = Simd;
-  S::V act = sigmoid_lanes(g);
-  if (activation == GateActivation::silu) act = S::mul(g, act);
-  return combine == GateCombine::multiply ? S::mul(attn, act) : S::add(attn, act);
+  return combine_lanes(attn, activation_lanes(g, activation), combine);
 }
 
 // sigmoid_lanes over an array (tests measure its error through this).

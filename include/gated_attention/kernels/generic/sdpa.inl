@@ -382,33 +382,40 @@ struct SdpaKernel {
     const bool gate_broadcast = gated && a.gate.values.strides[4] == 0;
     const AttentionStats& st = a.stats;
     const bool stats = st.enabled();
+    // A headwise gate is one value per row: its activation is computed once.
+    const V act_broadcast =
+        gate_broadcast ? activation_lanes(S::set1(*gate), a.gate.activation) : S::zero();
+    const V zero = S::zero(), one = S::set1(1.0f), tenth = S::set1(0.1f);
+    V max_before_v = zero, max_after_v = zero, gate_sum_v = zero, gate_small_v = zero;
     float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
     for (std::int64_t c = 0; c < dv; c += L) {
       const int n = dv - c < L ? static_cast<int>(dv - c) : L;
       const V x = S::mul(S::load(o + c), inv_v);
-      V y = x;
+      V y = x, act = one;
       if (gated) {
-        const V g = gate_broadcast ? S::set1(*gate)
-                                   : (n < L ? S::load_partial(gate + c, n) : S::load(gate + c));
-        y = gate_lanes(x, g, a.gate.activation, a.gate.combine);
-        if (stats) {  // act(g), lane by lane (statistics only)
-          V act = sigmoid_lanes(g);
-          if (a.gate.activation == GateActivation::silu) act = S::mul(g, act);
-          float lanes[L];
-          S::store(lanes, act);
-          for (int k = 0; k < n; ++k) {
-            gate_sum += lanes[k];
-            gate_small += lanes[k] < 0.1f ? 1.0f : 0.0f;
-          }
-        }
+        act = gate_broadcast
+                  ? act_broadcast
+                  : activation_lanes(n < L ? S::load_partial(gate + c, n) : S::load(gate + c),
+                                     a.gate.activation);
+        y = combine_lanes(x, act, a.gate.combine);
       }
       if (stats) {
-        float xs[L], ys[L];
-        S::store(xs, x);
-        S::store(ys, y);
-        for (int k = 0; k < n; ++k) {
-          max_before = std::max(max_before, std::fabs(xs[k]));
-          max_after = std::max(max_after, std::fabs(ys[k]));
+        if (n == L) {
+          max_before_v = S::max(max_before_v, S::max(x, S::sub(zero, x)));
+          max_after_v = S::max(max_after_v, S::max(y, S::sub(zero, y)));
+          gate_sum_v = S::add(gate_sum_v, act);
+          gate_small_v = S::add(gate_small_v, S::select_less(act, tenth, one, zero));
+        } else {  // the partial last vector, lane by lane
+          float xs[L], ys[L], as[L];
+          S::store(xs, x);
+          S::store(ys, y);
+          S::store(as, act);
+          for (int k = 0; k < n; ++k) {
+            max_before = std::max(max_before, std::fabs(xs[k]));
+            max_after = std::max(max_after, std::fabs(ys[k]));
+            gate_sum += as[k];
+            gate_small += as[k] < 0.1f ? 1.0f : 0.0f;
+          }
         }
       }
       if (n < L) {
@@ -416,6 +423,17 @@ struct SdpaKernel {
       } else {
         S::store(out + c, y);
       }
+    }
+    if (stats) {
+      float lanes_before[L], lanes_after[L];
+      S::store(lanes_before, max_before_v);
+      S::store(lanes_after, max_after_v);
+      for (int k = 0; k < L; ++k) {
+        max_before = std::max(max_before, lanes_before[k]);
+        max_after = std::max(max_after, lanes_after[k]);
+      }
+      gate_sum += S::reduce_add(gate_sum_v);
+      gate_small += S::reduce_add(gate_small_v);
     }
     if (stats) {
       const float d = static_cast<float>(dv);
