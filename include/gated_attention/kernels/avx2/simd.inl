@@ -32,8 +32,8 @@ struct Simd {
     return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
   static V pow2_integral(V n) {
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                                            _mm256_set1_epi32(127)), 23);
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_castsi256_ps(bits);
   }
   static V select_less(V a, V b, V if_less, V otherwise) {
@@ -43,5 +43,13 @@ struct Simd {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+  }
+  // 1 / x: 12-bit estimate and two Newton steps in the form r + r (1 - x r), within about an
+  // ulp (exactly 1 for x = 1).
+  static V reciprocal(V x) {
+    const V one = _mm256_set1_ps(1.0f);
+    V r = _mm256_rcp_ps(x);
+    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(x, r, one), r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(x, r, one), r);
   }
 };

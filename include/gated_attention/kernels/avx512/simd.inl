@@ -31,8 +31,8 @@ struct Simd {
   }
   // 2^n for integral n in [-126, 127].
   static V pow2_integral(V n) {
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n),
-                                                            _mm512_set1_epi32(127)), 23);
+    const __m512i bits =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
   }
   // a < b ? if_less : otherwise, per lane.
@@ -44,5 +44,11 @@ struct Simd {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+  }
+  // 1 / x: 14-bit estimate and one Newton step in the form r + r (1 - x r), within about an ulp
+  // (exactly 1 for x = 1).
+  static V reciprocal(V x) {
+    const V r = _mm512_rcp14_ps(x);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(1.0f)), r);
   }
 };

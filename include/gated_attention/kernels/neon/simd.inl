@@ -42,4 +42,10 @@ struct Simd {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
   static float reduce_add(V v) { return vaddvq_f32(v); }
+  // 1 / x: estimate refined by two Newton steps.
+  static V reciprocal(V x) {
+    V r = vrecpeq_f32(x);
+    r = vmulq_f32(r, vrecpsq_f32(x, r));
+    return vmulq_f32(r, vrecpsq_f32(x, r));
+  }
 };
