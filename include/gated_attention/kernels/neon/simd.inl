@@ -42,10 +42,5 @@ struct Simd {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
   static float reduce_add(V v) { return vaddvq_f32(v); }
-  // 1 / x: estimate refined by two Newton steps.
-  static V reciprocal(V x) {
-    V r = vrecpeq_f32(x);
-    r = vmulq_f32(r, vrecpsq_f32(x, r));
-    return vmulq_f32(r, vrecpsq_f32(x, r));
-  }
+  static V reciprocal(V x) { return vdivq_f32(vdupq_n_f32(1.0f), x); }
 };
