@@ -105,15 +105,18 @@ struct Isa {
   float (*read)(const float*, std::int64_t);
 };
 
+// The widest path the library dispatches to (the same detection and GATED_ATTENTION_ISA cap).
 Isa widest_isa() {
+  switch (ga::active_isa()) {
 #if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return {"avx512", 16, fma_chains_avx512, read_avx512};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return {"avx2", 8, fma_chains_avx2, read_scalar};
-  }
+    case ga::Isa::avx512:
+      return {"avx512", 16, fma_chains_avx512, read_avx512};
+    case ga::Isa::avx2:
+      return {"avx2", 8, fma_chains_avx2, read_scalar};
 #endif
-  return {"scalar", 1, fma_chains_scalar, read_scalar};
+    default:
+      return {"scalar", 1, fma_chains_scalar, read_scalar};
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {

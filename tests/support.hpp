@@ -60,6 +60,54 @@ struct Tensor {
   }
 };
 
+// Every ISA path this host (and build) can run.
+inline std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::scalar, Isa::neon, Isa::avx2, Isa::avx512}) {
+    if (isa_available(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// The vectorised math of each available path, over arrays (kernels/generic/math.inl).
+struct MathPath {
+  const char* name;
+  void (*exp2)(const float* x, float* y, std::int64_t n);
+  void (*sigmoid)(const float* x, float* y, std::int64_t n);
+};
+
+inline std::vector<MathPath> math_paths() {
+  std::vector<MathPath> paths = {
+      {"scalar", &kernels::scalar::exp2_array, &kernels::scalar::sigmoid_array}};
+#if GATED_ATTENTION_X86
+  if (isa_available(Isa::avx2)) {
+    paths.push_back({"avx2", &kernels::avx2::exp2_array, &kernels::avx2::sigmoid_array});
+  }
+  if (isa_available(Isa::avx512)) {
+    paths.push_back({"avx512", &kernels::avx512::exp2_array, &kernels::avx512::sigmoid_array});
+  }
+#endif
+#if GATED_ATTENTION_AARCH64
+  paths.push_back({"neon", &kernels::neon::exp2_array, &kernels::neon::sigmoid_array});
+#endif
+  return paths;
+}
+
+// Calls f(index) for every index of `extents`, last dimension fastest.
+template <std::size_t Rank, class F>
+void for_each_index(const std::array<std::int64_t, Rank>& extents, F&& f) {
+  for (auto e : extents) {
+    if (e == 0) return;
+  }
+  std::array<std::int64_t, Rank> index{};
+  for (;;) {
+    f(index);
+    int d = static_cast<int>(Rank) - 1;
+    while (d >= 0 && ++index[d] == extents[d]) index[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
 // Largest |a - b| / (atol + rtol * |b|) over two equally long ranges; <= 1 passes.
 template <class A, class B>
 double max_tolerance_ratio(const A& a, const B& b, double atol, double rtol) {

@@ -48,8 +48,7 @@ TEST_CASE("fused gate from q_proj outputs of every layout on every path", "[sdpa
           ga::split_heads(ga::TensorView<float, 4>::contiguous(expected.data(), {b, l, 8, 32}), 2);
       REQUIRE(ga::reference::sdpa(args).is_ok());
 
-      for (ga::Isa isa : {ga::Isa::scalar, ga::Isa::neon, ga::Isa::avx2, ga::Isa::avx512}) {
-        if (!ga::isa_available(isa)) continue;
+      for (ga::Isa isa : ga::testing::available_isas()) {
         ga::set_isa_limit(isa);
         INFO("path " << ga::to_string(isa) << ", layout " << static_cast<int>(layout) << ", mode "
                      << static_cast<int>(mode) << ", seed " << ga::testing::test_seed());

@@ -17,13 +17,7 @@ using ga::testing::Tensor;
 
 namespace {
 
-std::vector<ga::Isa> available_isas() {
-  std::vector<ga::Isa> isas;
-  for (ga::Isa isa : {ga::Isa::scalar, ga::Isa::neon, ga::Isa::avx2, ga::Isa::avx512}) {
-    if (ga::isa_available(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
+using ga::testing::available_isas;
 
 enum class Variant { elementwise, headwise, head_shared, query_independent };
 
@@ -217,21 +211,8 @@ TEST_CASE("sigmoid: error, saturation and no denormals on every path", "[output_
     CHECK(worst_relative <= 1.0);
     CHECK(worst_absolute <= 1e-7);
   };
-  const auto n = static_cast<std::int64_t>(x.size());
-  ga::kernels::scalar::sigmoid_array(x.data(), y.data(), n);
-  check("scalar");
-#if GATED_ATTENTION_X86
-  if (ga::isa_available(ga::Isa::avx2)) {
-    ga::kernels::avx2::sigmoid_array(x.data(), y.data(), n);
-    check("avx2");
+  for (const auto& path : ga::testing::math_paths()) {
+    path.sigmoid(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+    check(path.name);
   }
-  if (ga::isa_available(ga::Isa::avx512)) {
-    ga::kernels::avx512::sigmoid_array(x.data(), y.data(), n);
-    check("avx512");
-  }
-#endif
-#if GATED_ATTENTION_AARCH64
-  ga::kernels::neon::sigmoid_array(x.data(), y.data(), n);
-  check("neon");
-#endif
 }

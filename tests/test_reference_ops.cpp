@@ -25,20 +25,7 @@ namespace {
 
 using Index5 = std::array<std::int64_t, 5>;
 
-// Calls f(index) for every index of `extents` (last dimension fastest).
-template <std::size_t Rank, class F>
-void for_each_index(const std::array<std::int64_t, Rank>& extents, F&& f) {
-  for (auto e : extents) {
-    if (e == 0) return;
-  }
-  std::array<std::int64_t, Rank> index{};
-  for (;;) {
-    f(index);
-    int d = static_cast<int>(Rank) - 1;
-    while (d >= 0 && ++index[d] == extents[d]) index[d--] = 0;
-    if (d < 0) return;
-  }
-}
+using ga::testing::for_each_index;
 
 // sigmoid written through tanh, a different formula from the reference's 1 / (1 + exp(-x)).
 double sigmoid_tanh(double x) {

@@ -52,14 +52,8 @@ constexpr float kLseSentinel = 555.0f;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
-// Every ISA path this host (and build) can run.
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon}) {
-    if (ga::isa_available(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
+using ga::testing::available_isas;
+using ga::testing::for_each_index;
 
 // Restores the default path however the test case ends.
 struct IsaLimitGuard {
@@ -223,32 +217,6 @@ std::uint64_t salt_of(const std::string& name) {
   return h;
 }
 
-template <int Rank>
-std::int64_t span_of(const std::array<std::int64_t, Rank>& e,
-                     const std::array<std::int64_t, Rank>& s) {
-  std::int64_t last = 0;
-  for (int i = 0; i < Rank; ++i) {
-    if (e[i] == 0) return 0;
-    last += (e[i] - 1) * s[i];
-  }
-  return last + 1;
-}
-
-// Calls f(index) for every index of `extents`, last dimension fastest.
-template <std::size_t Rank, class F>
-void for_each_index(const std::array<std::int64_t, Rank>& extents, F&& f) {
-  for (auto e : extents) {
-    if (e == 0) return;
-  }
-  std::array<std::int64_t, Rank> index{};
-  for (;;) {
-    f(index);
-    int d = static_cast<int>(Rank) - 1;
-    while (d >= 0 && ++index[d] == extents[d]) index[d--] = 0;
-    if (d < 0) return;
-  }
-}
-
 // A strided view over its own buffer; every buffer element the view does not address is padding.
 template <int Rank>
 struct Owned {
@@ -259,7 +227,7 @@ struct Owned {
   Owned(const std::array<std::int64_t, Rank>& extents,
         const std::array<std::int64_t, Rank>& strides, bool misaligned, float pad) {
     const std::size_t offset = misaligned ? 1 : 0;
-    const std::int64_t span = span_of<Rank>(extents, strides);
+    const std::int64_t span = ga::TensorView<float, Rank>(nullptr, extents, strides).span();
     storage.assign(offset + static_cast<std::size_t>(std::max<std::int64_t>(span, 1)) + 2, pad);
     view = ga::TensorView<float, Rank>(storage.data() + offset, extents, strides);
   }
@@ -1200,21 +1168,8 @@ TEST_CASE("sdpa: exp2 polynomial error and denormal cut-off on every path", "[sd
     }
     CHECK(worst <= 2e-7);
   };
-  const auto n = static_cast<std::int64_t>(x.size());
-  gated_attention::kernels::scalar::exp2_array(x.data(), y.data(), n);
-  check("scalar");
-#if GATED_ATTENTION_X86
-  if (gated_attention::isa_available(gated_attention::Isa::avx2)) {
-    gated_attention::kernels::avx2::exp2_array(x.data(), y.data(), n);
-    check("avx2");
+  for (const auto& path : ga::testing::math_paths()) {
+    path.exp2(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+    check(path.name);
   }
-  if (gated_attention::isa_available(gated_attention::Isa::avx512)) {
-    gated_attention::kernels::avx512::exp2_array(x.data(), y.data(), n);
-    check("avx512");
-  }
-#endif
-#if GATED_ATTENTION_AARCH64
-  gated_attention::kernels::neon::exp2_array(x.data(), y.data(), n);
-  check("neon");
-#endif
 }

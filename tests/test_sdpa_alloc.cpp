@@ -234,8 +234,7 @@ TEST_CASE("sdpa: run() allocates no memory on any path", "[sdpa][alloc]") {
     workspaces.emplace_back(ga::workspace_size(*r.args, *r.executor));
   }
 
-  for (ga::Isa isa : {ga::Isa::scalar, ga::Isa::avx2, ga::Isa::avx512, ga::Isa::neon}) {
-    if (!ga::isa_available(isa)) continue;
+  for (ga::Isa isa : ga::testing::available_isas()) {
     ga::set_isa_limit(isa);
     const bool selected = ga::active_isa() == isa;
     Counted results[std::size(runs)];

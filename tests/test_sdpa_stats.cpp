@@ -65,8 +65,7 @@ void check_stats(const StatsCase& c, std::uint64_t salt) {
 
   ga::ThreadPool pool(c.threads);
   const ga::Executor ex = c.threads > 1 ? pool.executor() : ga::Executor{};
-  for (ga::Isa isa : {ga::Isa::scalar, ga::Isa::neon, ga::Isa::avx2, ga::Isa::avx512}) {
-    if (!ga::isa_available(isa)) continue;
+  for (ga::Isa isa : ga::testing::available_isas()) {
     ga::set_isa_limit(isa);
     INFO("path " << ga::to_string(isa) << " q_len " << c.q_len << " kv_len " << c.kv_len << " hq "
                  << c.hq << " hkv " << c.hkv << " d " << c.d << " n_sink " << c.n_sink << " gated "
