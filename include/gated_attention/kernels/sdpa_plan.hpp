@@ -126,6 +126,13 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
   return layout;
 }
 
+// Bytes of workspace a plan needs: the same carving in counting mode.
+inline std::size_t sdpa_workspace_bytes(const SdpaPlan& p) {
+  Workspace counting = Workspace::counting();
+  carve_sdpa_layout(counting, p);
+  return counting.bytes_needed();
+}
+
 // Unit u -> (batch entry, KV head, query block), heaviest (latest) query blocks first so that
 // dynamic scheduling balances causal work.
 struct SdpaUnit {

@@ -41,9 +41,7 @@ Status can_implement(const SdpaArgs<T, KvT>& args) {
 // Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers).
 template <class T, class KvT>
 std::size_t workspace_size(const SdpaArgs<T, KvT>& args, int num_workers) {
-  Workspace counting = Workspace::counting();
-  kernels::carve_sdpa_layout(counting, kernels::make_sdpa_plan(args, num_workers));
-  return counting.bytes_needed();
+  return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(args, num_workers));
 }
 
 template <class T, class KvT>
@@ -93,7 +91,7 @@ Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int 
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
   if constexpr (std::is_same_v<T, float> && std::is_same_v<KvT, float>) {
     const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
-    const std::size_t needed = workspace_size(args, num_workers);
+    const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
     const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan);
     if (!layout.complete || workspace.capacity() < needed) {
       return Status::error(StatusCode::workspace_too_small,
