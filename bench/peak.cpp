@@ -2,7 +2,8 @@
 // share of them:
 //   peak/fma_f32/threads:<n>          counter flops: independent FMA chains on the widest ISA
 //   peak/read_bw/<shape>/threads:<n>  counter bytes_per_second: a streaming read of exactly the
-//                                     K/V bytes of that decode shape
+//                                     K/V bytes of that decode shape (named, or
+//                                     sweep_decode_<kv_len>)
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <gated_attention/gated_attention.hpp>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "shapes.hpp"
+
 namespace ga = gated_attention;
+using ga::bench::AttentionShape;
 
 namespace {
 
@@ -169,26 +173,26 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   state.SetLabel(isa.name);
 }
 
-// Decode shapes of the design notes: K and V bytes in f32 (2 * B * kv_len * Hkv * D * 4).
-struct DecodeShape {
-  const char* name;
-  std::int64_t batch, kv_len, kv_heads, head_dim;
-  std::int64_t kv_bytes() const { return 2 * batch * kv_len * kv_heads * head_dim * 4; }
-};
-constexpr DecodeShape kDecodeShapes[] = {
-    {"qwen3next_decode_32k", 1, 32768, 2, 256},
-    {"llama8b_decode_8k", 1, 8192, 8, 128},
-};
+// The K/V bytes of a decode shape: the named ones under their names, the decode sweep's as
+// sweep_decode_<kv_len>.
+void register_read_bw(const std::string& name, const AttentionShape& s, const std::string& suffix,
+                      int threads) {
+  benchmark::RegisterBenchmark(("peak/read_bw/" + name + suffix).c_str(), peak_read_bw,
+                               static_cast<std::int64_t>(s.kv_bytes()), threads)
+      ->Unit(benchmark::kMillisecond);
+}
 
 int register_peaks() {
   for (int threads : {1, 2}) {
     const std::string suffix = "/threads:" + std::to_string(threads);
     benchmark::RegisterBenchmark(("peak/fma_f32" + suffix).c_str(), peak_fma, threads)
         ->Unit(benchmark::kMillisecond);
-    for (const DecodeShape& s : kDecodeShapes) {
-      benchmark::RegisterBenchmark(("peak/read_bw/" + std::string(s.name) + suffix).c_str(),
-                                   peak_read_bw, s.kv_bytes(), threads)
-          ->Unit(benchmark::kMillisecond);
+    for (const AttentionShape& s : ga::bench::kShapes) {
+      if (s.decode) register_read_bw(s.name, s, suffix, threads);
+    }
+    for (std::int64_t kv_len : ga::bench::kSweepDecodeLens) {
+      register_read_bw("sweep_decode_" + std::to_string(kv_len),
+                       ga::bench::sweep_decode_shape(kv_len), suffix, threads);
     }
   }
   return 0;

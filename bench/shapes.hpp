@@ -39,4 +39,16 @@ inline constexpr AttentionShape kShapes[] = {
     {"gpt2_prefill_1k", 1, 12, 12, 64, 1024, 1024, false, 768},
 };
 
+// Sequence-length sweeps (sweep/prefill/<gate>/f32/<len>, sweep/decode/<gate>/f32/<kv_len>):
+// Qwen3-Next's attention heads (B 1, Hq 16, Hkv 2, D 256), causal, bottom-right aligned.
+inline constexpr std::int64_t kSweepPrefillLens[] = {512, 1024, 2048, 4096, 8192, 16384};
+inline constexpr std::int64_t kSweepDecodeLens[] = {1024,  2048,  4096,  8192,
+                                                    16384, 32768, 65536, 131072};
+inline constexpr AttentionShape sweep_prefill_shape(std::int64_t len) {
+  return {"sweep_prefill", 1, 16, 2, 256, len, len, false, 2048};
+}
+inline constexpr AttentionShape sweep_decode_shape(std::int64_t kv_len) {
+  return {"sweep_decode", 1, 16, 2, 256, 1, kv_len, true, 2048};
+}
+
 }  // namespace gated_attention::bench
