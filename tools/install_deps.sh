@@ -3,13 +3,19 @@
 #   bash tools/install_deps.sh          build, tests, benchmarks
 #   bash tools/install_deps.sh --ci     also what CI uses (clang for the second compiler, the
 #                                       aarch64 cross compiler and qemu-user for the neon job)
+#   bash tools/install_deps.sh --report also what the main job's report uses (python3 and
+#                                       python3-matplotlib for the plot); CI does not need them
 # As root it runs apt-get; otherwise it prints the command to run and exits with status 1.
 set -euo pipefail
 
 packages=(cmake make g++ libeigen3-dev catch2 libbenchmark-dev)
-if [[ "${1:-}" == "--ci" ]]; then
-  packages+=(clang g++-aarch64-linux-gnu qemu-user)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --ci) packages+=(clang g++-aarch64-linux-gnu qemu-user) ;;
+    --report) packages+=(python3 python3-matplotlib) ;;
+    *) echo "install_deps: unknown option $arg (use --ci, --report)" >&2; exit 2 ;;
+  esac
+done
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "install_deps: not a Debian/Ubuntu system. Install these (or your distribution's" >&2

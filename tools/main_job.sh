@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The main job: builds in Release with -march=native and compares gated with ungated attention.
-#   bash tools/main_job.sh
+# The main job: builds the benchmarks in Release with -march=native and prints the gated vs
+# ungated attention report (table; JSON and PNG in build/report/).
+#   bash tools/main_job.sh              quick mode (about 2 minutes on 2 cores)
+#   bash tools/main_job.sh --full       every shape, sweep point and thread count
+#   bash tools/main_job.sh --peers F    adds the columns of tools/peers.py's JSON F
+# Any argument goes to tools/report.py (see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/install_deps.sh
+bash tools/install_deps.sh --report
 cmake --preset release
-cmake --build --preset release --target gated_vs_ungated
-./build/release/examples/gated_vs_ungated "$@"
+cmake --build --preset release --target gated_attention_bench
+# Debian's interpreter: python3-matplotlib is installed for it (a python3 earlier on PATH, e.g. a
+# virtualenv, may lack matplotlib; the report then prints its table and JSON without the PNG).
+python=/usr/bin/python3
+[[ -x "$python" ]] || python=python3
+GATED_ATTENTION_REPORT_COMMAND="bash tools/main_job.sh${*:+ $*}" "$python" tools/report.py "$@"

@@ -1,0 +1,661 @@
+#!/usr/bin/env python3
+"""Gated vs ungated attention: runs gated_attention_bench and prints one table.
+
+  python3 tools/report.py                 quick mode (about 1-2 minutes on 2 cores)
+  python3 tools/report.py --full          every shape, sweep point and thread count, more repetitions
+  python3 tools/report.py --peers peers.json       adds the columns of tools/peers.py
+  python3 tools/report.py --json-in build/report/gated_attention_bench.json --markdown
+                                          re-renders a finished run (no benchmarks) as Markdown
+  python3 tools/report.py --json-in ... --update-readme
+                                          writes that section into README.md and the PNG to docs/
+
+Writes into --out (default build/report/): gated_attention_bench.json (Google Benchmark's JSON of
+every pass, merged, plus a "report" object), report.txt, report.md, gated_vs_ungated.png (needs
+python3-matplotlib) and bench_console.txt (the benchmark binary's own output).
+
+Rows (f32, causal, bottom-right aligned): the named shapes of bench/shapes.hpp (sdpa/...), the
+sequence-length sweeps over Qwen3-Next's heads (sweep/prefill/..., sweep/decode/...) and, when the
+binary has them, block/... rows. Times are medians over repetitions; overhead = gated / ungated - 1.
+GFLOP/s, GB/s and their % columns are those of the elementwise-gated run (Qwen3-Next's gate),
+against peak/fma_f32 and peak/read_bw/<shape> measured by the same binary with the same threads.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_shapes  # noqa: E402
+
+ROOT = bench_shapes.ROOT
+DEFAULT_BENCH = os.path.join(ROOT, "build", "release", "bench", "gated_attention_bench")
+DEFAULT_OUT = os.path.join(ROOT, "build", "report")
+JSON_NAME = "gated_attention_bench.json"
+PNG_NAME = "gated_vs_ungated.png"
+README_PNG = os.path.join("docs", "performance.png")
+README_BEGIN = "<!-- report.py --update-readme: begin -->"
+README_END = "<!-- report.py --update-readme: end -->"
+GATES = ("none", "headwise", "elementwise")
+
+# Per-iteration time estimates only sort cases into passes (and print a forecast): a prefill case
+# runs near this rate per thread, a decode case streams K/V near this bandwidth.
+EST_FLOPS_PER_THREAD = 130e9
+EST_BYTES_PER_SECOND = 10e9
+SHORT_S = 0.25  # below: timed for min_time, median of several repetitions
+LONG_S = 1.2  # from SHORT_S to here: one iteration per repetition; above: one iteration in quick
+
+NAME = re.compile(r"^(sdpa|block)/(none|headwise|elementwise)/f32/(\w+)/threads:(\d+)$")
+SWEEP = re.compile(r"^sweep/(prefill|decode)/(none|headwise|elementwise)/f32/(\d+)/threads:(\d+)$")
+PEAK_FMA = re.compile(r"^peak/fma_f32/threads:(\d+)$")
+PEAK_BW = re.compile(r"^peak/read_bw/(\w+)/threads:(\d+)$")
+
+
+# ----------------------------------------------------------------------------------- selection
+
+
+class Case:
+    """One benchmark name, what it measures and its estimated seconds per iteration."""
+
+    def __init__(self, name, group, case, gate, threads, shape, seconds):
+        self.name, self.group, self.case, self.gate = name, group, case, gate
+        self.threads, self.shape, self.seconds = threads, shape, seconds
+
+
+def estimate_seconds(shape, threads, block):
+    if shape.decode:
+        seconds = shape.kv_bytes() / EST_BYTES_PER_SECOND
+        if block:  # the weights stream too
+            seconds += 4.0 * shape.projection_flops() / 2.0 / EST_BYTES_PER_SECOND
+        return seconds
+    flops = shape.useful_flops() + (shape.projection_flops() if block else 0.0)
+    return flops / (EST_FLOPS_PER_THREAD * threads)
+
+
+def classify(names):
+    """Cases of the table, keyed by benchmark name (peaks and other rows have group 'peak'/None)."""
+    named, _, _, sweep_shape = bench_shapes.load()
+    by_name = {s.name: s for s in named}
+    cases = {}
+    for n in names:
+        m = NAME.match(n)
+        if m and m.group(3) in by_name:
+            op, gate, shape_name, threads = m.group(1), m.group(2), m.group(3), int(m.group(4))
+            shape = by_name[shape_name]
+            cases[n] = Case(n, op, shape_name, gate, threads, shape,
+                            estimate_seconds(shape, threads, op == "block"))
+            continue
+        m = SWEEP.match(n)
+        if m:
+            kind, gate, length, threads = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+            shape = sweep_shape(kind, length)
+            cases[n] = Case(n, "sweep/" + kind, str(length), gate, threads, shape,
+                            estimate_seconds(shape, threads, False))
+            continue
+        m = PEAK_FMA.match(n) or PEAK_BW.match(n)
+        if m:
+            cases[n] = Case(n, "peak", n, None, int(m.groups()[-1]), None, 0.05)
+    return cases
+
+
+def plan(cases, full):
+    """Passes: (label, repetitions, min_time, [cases]).
+
+    quick: every named shape with 1 and 2 threads; the sweeps with 2 threads;
+    block rows whose iteration is estimated under LONG_S. full: everything, more repetitions.
+    """
+    quick_prefill_max = 16384
+    sweep_threads = 2
+    chosen = []
+    for c in cases.values():
+        if full:
+            chosen.append(c)
+        elif c.group == "peak":
+            m = PEAK_BW.match(c.name)
+            if m and m.group(1).startswith("sweep_decode_") and c.threads != sweep_threads:
+                continue
+            chosen.append(c)
+        elif c.group.startswith("sweep/"):
+            if c.threads != sweep_threads:
+                continue
+            if c.group == "sweep/prefill" and int(c.case) > quick_prefill_max:
+                continue
+            chosen.append(c)
+        elif c.group == "block" and c.seconds >= LONG_S:
+            continue
+        else:
+            chosen.append(c)
+    short = [c for c in chosen if c.seconds < SHORT_S]
+    medium = [c for c in chosen if SHORT_S <= c.seconds < LONG_S]
+    long = [c for c in chosen if c.seconds >= LONG_S]
+    if full:
+        return [("short", 5, 0.5, short), ("medium", 3, 0.01, medium), ("long", 3, 0.01, long)]
+    return [("short", 3, 0.1, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long)]
+
+
+def forecast(reps, min_time, cases):
+    total = 0.0
+    for c in cases:
+        # First repetition: a 1-iteration probe, then the timed run; then one run per repetition.
+        per_rep = max(min_time, c.seconds)
+        total += c.seconds + per_rep * reps + 0.1 * (reps + 1)  # + input set-up
+    return total
+
+
+def list_benchmarks(bench):
+    out = subprocess.run([bench, "--benchmark_list_tests=true"], check=True,
+                         capture_output=True, text=True).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def run_passes(bench, passes, out_dir):
+    """Runs each pass (one process, repetitions interleaved at random); returns merged JSON."""
+    merged = {"context": None, "benchmarks": []}
+    pass_info = []
+    console_path = os.path.join(out_dir, "bench_console.txt")
+    with open(console_path, "w") as console:
+        for label, reps, min_time, cases in passes:
+            if not cases:
+                continue
+            pattern = "^(" + "|".join(re.escape(c.name) for c in cases) + ")$"
+            pass_json = os.path.join(out_dir, f"pass_{label}.json")
+            cmd = [bench, "--benchmark_filter=" + pattern, f"--benchmark_repetitions={reps}",
+                   f"--benchmark_min_time={min_time}",
+                   "--benchmark_enable_random_interleaving=true", "--benchmark_color=false",
+                   "--benchmark_out=" + pass_json, "--benchmark_out_format=json"]
+            print(f"report: pass {label}: {len(cases)} benchmarks x {reps} repetitions, "
+                  f"forecast ~{forecast(reps, min_time, cases):.0f} s", file=sys.stderr, flush=True)
+            console.write(f"== pass {label}: {len(cases)} benchmarks, repetitions {reps}, "
+                          f"min_time {min_time}\n")
+            console.flush()
+            start = time.monotonic()
+            proc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT)
+            wall = time.monotonic() - start
+            print(f"report:   done in {wall:.0f} s", file=sys.stderr, flush=True)
+            if proc.returncode != 0:
+                sys.exit(f"report: {os.path.basename(bench)} exited with {proc.returncode}; "
+                         f"see {console_path}")
+            with open(pass_json) as f:
+                data = json.load(f)
+            os.remove(pass_json)
+            if merged["context"] is None:
+                merged["context"] = data.get("context", {})
+            merged["benchmarks"].extend(data.get("benchmarks", []))
+            pass_info.append({"label": label, "repetitions": reps, "min_time": min_time,
+                              "benchmarks": len(cases), "wall_s": round(wall, 1)})
+    return merged, pass_info
+
+
+# ------------------------------------------------------------------------------------ results
+
+TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def medians(benchmarks):
+    """run_name -> {ms, flops, bytes_per_second, label, reps, error} over iteration rows."""
+    rows = {}
+    for b in benchmarks:
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        rows.setdefault(b.get("run_name", b["name"]), []).append(b)
+    result = {}
+    for name, runs in rows.items():
+        errors = [r.get("error_message", "error") for r in runs if r.get("error_occurred")]
+        ok = [r for r in runs if not r.get("error_occurred")]
+        entry = {"reps": len(ok), "label": (ok or runs)[0].get("label", ""),
+                 "error": errors[0] if errors else None}
+        if ok:
+            entry["ms"] = statistics.median(r["real_time"] * TO_MS[r.get("time_unit", "ns")]
+                                            for r in ok)
+            for counter in ("flops", "bytes_per_second"):
+                if counter in ok[0]:
+                    entry[counter] = statistics.median(r[counter] for r in ok)
+        result[name] = entry
+    return result
+
+
+def load_peers(paths):
+    """{(case, threads): {engine: {gate: ms}}}, the engines in order and their versions, from the
+    JSON files of tools/peers.py."""
+    table, engines, context = {}, [], {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        context.update({k: v for k, v in data.get("context", {}).items()
+                        if k not in ("python", "wall_s")})
+        for r in data.get("results", []):
+            if r.get("ms") is None:
+                continue
+            if r["engine"] not in engines:
+                engines.append(r["engine"])
+            table.setdefault((r["case"], int(r["threads"])), {}).setdefault(r["engine"], {})[
+                r["gate"]] = r["ms"]
+    return table, engines, context
+
+
+def build_rows(data, peers):
+    """The table: header and rows of strings, plus the numeric series the plot needs."""
+    values = medians(data["benchmarks"])
+    cases = classify(values.keys())
+    peak_fma = {int(PEAK_FMA.match(n).group(1)): v.get("flops")
+                for n, v in values.items() if PEAK_FMA.match(n)}
+    peak_bw = {(PEAK_BW.match(n).group(1), int(PEAK_BW.match(n).group(2))):
+               v.get("bytes_per_second") for n, v in values.items() if PEAK_BW.match(n)}
+    peer_table, engines = (peers[0], peers[1]) if peers else ({}, [])
+
+    groups = {}  # (group, case, threads) -> {gate: entry}
+    order = []
+    for name, entry in values.items():
+        c = cases.get(name)
+        if c is None or c.group == "peak":
+            continue
+        key = (c.group, c.case, c.threads)
+        if key not in groups:
+            groups[key] = {}
+            order.append(key)
+        groups[key][c.gate] = entry
+    group_rank = {"sdpa": 0, "sweep/prefill": 1, "sweep/decode": 2, "block": 3}
+    named = [s.name for s in bench_shapes.load()[0]]
+
+    def sort_key(key):
+        group, case, threads = key
+        case_rank = named.index(case) if case in named else int(case) if case.isdigit() else 0
+        return (group_rank.get(group, 9), case_rank, threads)
+
+    order.sort(key=sort_key)
+
+    header = ["case", "thr", "ungated ms", "headwise ms", "elementwise ms", "hw ovh %",
+              "ew ovh %", "GFLOP/s", "% FMA peak", "GB/s", "% read BW", "ISA"]
+    for e in engines:
+        header += [f"{e} ms", f"{e}+gate ms", f"x vs {e}"]
+    rows, series, errors = [], [], []
+    for key in order:
+        group, case, threads = key
+        gates = groups[key]
+        ms = {g: gates[g].get("ms") if g in gates else None for g in GATES}
+        for g, entry in gates.items():
+            if entry.get("error"):
+                errors.append(f"{group}/{g}/{case}/threads:{threads}: {entry['error']}")
+        main = gates.get("elementwise") or gates.get("none") or next(iter(gates.values()))
+        flops, bw = main.get("flops"), main.get("bytes_per_second")
+        fma = peak_fma.get(threads)
+        if group == "sweep/decode":
+            bw_peak = peak_bw.get((f"sweep_decode_{case}", threads))
+        else:
+            bw_peak = peak_bw.get((case, threads))
+        label = {"sdpa": case, "block": f"block {case}"}.get(group, f"{group} {case}")
+
+        def overhead(g):
+            if ms[g] is None or ms["none"] is None:
+                return "-"
+            return f"{100.0 * (ms[g] / ms['none'] - 1.0):+.1f}"
+
+        row = [label, str(threads), fmt_ms(ms["none"]), fmt_ms(ms["headwise"]),
+               fmt_ms(ms["elementwise"]), overhead("headwise"), overhead("elementwise"),
+               f"{flops / 1e9:.1f}" if flops else "-",
+               f"{100.0 * flops / fma:.0f}" if flops and fma else "-",
+               f"{bw / 1e9:.1f}" if bw else "-",
+               f"{100.0 * bw / bw_peak:.0f}" if bw and bw_peak else "-",
+               main.get("label") or "-"]
+        peer = peer_table.get((case, threads), {}) if group == "sdpa" else {}
+        for e in engines:
+            theirs = peer.get(e, {})
+            gated = theirs.get("elementwise")
+            row += [fmt_ms(theirs.get("none")), fmt_ms(gated),
+                    f"{gated / ms['elementwise']:.2f}" if gated and ms["elementwise"] else "-"]
+        rows.append((group, row))
+        series.append({"group": group, "case": case, "threads": threads, "ms": ms})
+    return header, rows, series, errors, peak_fma
+
+
+def fmt_ms(x):
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def text_table(header, rows):
+    widths = [max(len(header[i]), *(len(r[i]) for _, r in rows)) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    previous = None
+    for group, row in rows:
+        if previous is not None and group != previous:
+            out.append("")
+        out.append(line(row))
+        previous = group
+    return "\n".join(out)
+
+
+def markdown_table(header, rows):
+    align = ["---" if h in ("case", "ISA") else "--:" for h in header]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for _, row in rows:
+        out.append("| " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------ machine
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware"):
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line(context, report):
+    parts = [f"{context.get('num_cpus', os.cpu_count())} CPUs"]
+    if context.get("mhz_per_cpu"):
+        parts.append(f"{context['mhz_per_cpu']} MHz")
+    caches = []
+    for c in context.get("caches", []):
+        if c.get("type") in ("Data", "Unified"):
+            size = c["size"]
+            text = f"{size // (1 << 20)} MiB" if size >= 1 << 20 else f"{size // 1024} KiB"
+            caches.append(f"L{c['level']}{'d' if c['type'] == 'Data' else ''} {text}")
+    if caches:
+        parts.append(", ".join(caches))
+    load = report.get("load_before")
+    if load is not None:
+        parts.append(f"load average {load:.2f} before the run, {report.get('load_after', 0):.2f} "
+                     "after")
+    return f"{report.get('cpu_model', cpu_model())} ({'; '.join(parts)})"
+
+
+def passes_text(passes):
+    kinds = {"short": "timed for at least {t} s", "medium": "one iteration each",
+             "long": "one iteration each"}
+    parts = []
+    for p in passes:
+        how = kinds.get(p["label"], "").format(t=p["min_time"])
+        parts.append(f"{p['label']} cases: {p['repetitions']} repetition"
+                     f"{'s' if p['repetitions'] != 1 else ''}, {how}")
+    return "; ".join(parts)
+
+
+def describe(data, peers_context):
+    r = data.get("report", {})
+    passes = r.get("passes", [])
+    reps = passes_text(passes)
+    lines = [
+        f"gated_attention benchmark report ({r.get('mode', '?')} mode), {r.get('date', '?')}",
+        f"CPU: {machine_line(data.get('context', {}), r)}",
+        f"Command: {r.get('command', '?')}",
+        f"Benchmark wall time: {r.get('bench_wall_s', 0):.0f} s; {reps}",
+        "f32, causal (bottom-right aligned); ms = median over repetitions; ovh = gated / ungated "
+        "- 1; GFLOP/s, GB/s and % columns: the elementwise-gated run vs peak/fma_f32 and "
+        "peak/read_bw with the same threads. Sweeps: Qwen3-Next heads (Hq 16, Hkv 2, D 256).",
+    ]
+    if peers_context:
+        lines.append("Peers: " + ", ".join(f"{k} {v}" for k, v in peers_context.items()))
+    return lines
+
+
+# --------------------------------------------------------------------------------------- plot
+
+
+def plot(series, path, title):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return (f"{sys.executable} has no matplotlib, so no PNG. Debian's python3-matplotlib "
+                "(`bash tools/install_deps.sh --report` installs it) serves /usr/bin/python3; "
+                f"then `/usr/bin/python3 tools/report.py --json-in "
+                f"{os.path.join(os.path.dirname(path), JSON_NAME)}` draws this run.")
+    colors = {"none": "#4d4d4d", "headwise": "#1f77b4", "elementwise": "#d62728"}
+    names = {"none": "ungated", "headwise": "headwise gate", "elementwise": "elementwise gate"}
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+
+    def plain_log_labels(ax):
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        low, high = ax.get_ylim()
+        few_decades = low > 0 and high / low < 30
+        ax.yaxis.set_minor_formatter(
+            FuncFormatter(lambda v, _: f"{v:g}") if few_decades else NullFormatter())
+
+    def bars(ax, group, heading):
+        rows = [s for s in series if s["group"] == group]
+        threads = max((s["threads"] for s in rows), default=None)
+        rows = [s for s in rows if s["threads"] == threads]
+        if not rows:
+            ax.set_axis_off()
+            return False
+        width = 0.27
+        for i, g in enumerate(GATES):
+            xs = [j + (i - 1) * width for j in range(len(rows))]
+            ys = [s["ms"][g] or 0 for s in rows]
+            ax.bar(xs, ys, width, color=colors[g], label=names[g])
+        for j, s in enumerate(rows):
+            if s["ms"]["none"] and s["ms"]["elementwise"]:
+                over = 100.0 * (s["ms"]["elementwise"] / s["ms"]["none"] - 1.0)
+                ax.annotate(f"{over:+.1f}%", (j + width, s["ms"]["elementwise"]),
+                            ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([s["case"] for s in rows], rotation=20, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        plain_log_labels(ax)
+        ax.set_ylabel("ms per call (log)")
+        ax.set_title(f"{heading}, {threads} thread{'s' if threads != 1 else ''}", fontsize=10)
+        ax.legend(fontsize=8)
+        return True
+
+    def sweep(ax, group, heading, xlabel):
+        rows = [s for s in series if s["group"] == group]
+        threads = max((s["threads"] for s in rows), default=None)
+        rows = sorted((s for s in rows if s["threads"] == threads), key=lambda s: int(s["case"]))
+        if not rows:
+            ax.set_axis_off()
+            return
+        xs = [int(s["case"]) for s in rows]
+        for g in GATES:
+            ax.plot(xs, [s["ms"][g] for s in rows], "o-", color=colors[g], label=names[g],
+                    markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        plain_log_labels(ax)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x // 1024}K" if x >= 1024 else str(x) for x in xs], fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("ms per call (log)")
+        ax.set_title(f"{heading}, {threads} thread{'s' if threads != 1 else ''}", fontsize=10)
+        twin = ax.twinx()
+        for g in ("headwise", "elementwise"):
+            over = [100.0 * (s["ms"][g] / s["ms"]["none"] - 1.0)
+                    if s["ms"][g] and s["ms"]["none"] else None for s in rows]
+            twin.plot(xs, over, "--", color=colors[g], alpha=0.6, linewidth=1)
+        twin.axhline(0, color="#999999", linewidth=0.5)
+        twin.set_ylabel("gate overhead % (dashed)", fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
+
+    bars(axes[0][0], "sdpa", "SDPA, named shapes")
+    if not bars(axes[0][1], "block", "Attention block, named shapes"):
+        axes[0][1].set_axis_on()
+        rows = [s for s in series if s["group"] == "sdpa"]
+        labels = sorted({s["case"] for s in rows}, key=[s["case"] for s in rows].index)
+        for t, marker in ((1, "o"), (2, "s")):
+            for g in ("headwise", "elementwise"):
+                pts = [(labels.index(s["case"]), 100.0 * (s["ms"][g] / s["ms"]["none"] - 1.0))
+                       for s in rows if s["threads"] == t and s["ms"][g] and s["ms"]["none"]]
+                if pts:
+                    axes[0][1].plot([p[0] for p in pts], [p[1] for p in pts], marker,
+                                    color=colors[g], label=f"{names[g]}, {t} thr",
+                                    fillstyle="full" if t == 1 else "none")
+        axes[0][1].axhline(0, color="#999999", linewidth=0.5)
+        axes[0][1].set_xticks(range(len(labels)))
+        axes[0][1].set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+        axes[0][1].set_ylabel("gated / ungated - 1 (%)")
+        axes[0][1].set_title("SDPA gate overhead, named shapes", fontsize=10)
+        axes[0][1].legend(fontsize=7)
+    sweep(axes[1][0], "sweep/prefill", "Prefill sweep (Hq 16, Hkv 2, D 256)", "q_len = kv_len")
+    sweep(axes[1][1], "sweep/decode", "Decode sweep (Hq 16, Hkv 2, D 256)", "kv_len (q_len 1)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return None
+
+
+# --------------------------------------------------------------------------------------- main
+
+
+def update_readme(section, png):
+    readme = os.path.join(ROOT, "README.md")
+    with open(readme) as f:
+        text = f.read()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        sys.exit(f"report: README.md has no {README_BEGIN} ... {README_END} markers")
+    text = text[:begin + len(README_BEGIN)] + "\n" + section + "\n" + text[end:]
+    with open(readme, "w") as f:
+        f.write(text)
+    if png and os.path.exists(png):
+        os.makedirs(os.path.join(ROOT, "docs"), exist_ok=True)
+        shutil.copyfile(png, os.path.join(ROOT, README_PNG))
+    print(f"report: README.md updated, {README_PNG} copied", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="every case, more repetitions")
+    parser.add_argument("--bench", default=DEFAULT_BENCH, help="gated_attention_bench binary")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+    parser.add_argument("--filter", help="only benchmark names matching this regex (peaks kept)")
+    parser.add_argument("--peers", action="append",
+                        help="JSON written by tools/peers.py: extra columns (repeatable)")
+    parser.add_argument("--json-in", help="render a finished run's JSON; runs no benchmark")
+    parser.add_argument("--markdown", action="store_true", help="print the README section")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="write the section into README.md and the PNG to docs/")
+    parser.add_argument("--note", help="one more line for the Markdown (e.g. 'machine shared')")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the passes and their time forecast, run nothing")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, JSON_NAME)
+    png_path = os.path.join(args.out, PNG_NAME)
+
+    if args.json_in:
+        with open(args.json_in) as f:
+            data = json.load(f)
+        if os.path.abspath(args.json_in) != os.path.abspath(json_path):
+            shutil.copyfile(args.json_in, json_path)
+    else:
+        if not os.access(args.bench, os.X_OK):
+            sys.exit(f"report: no benchmark binary at {args.bench}; build it with "
+                     "`bash tools/main_job.sh` (or cmake --preset release && cmake --build "
+                     "--preset release --target gated_attention_bench)")
+        cases = classify(list_benchmarks(args.bench))
+        if args.filter:
+            keep = re.compile(args.filter)
+            cases = {n: c for n, c in cases.items() if c.group == "peak" or keep.search(n)}
+        passes = plan(cases, args.full)
+        if args.plan:
+            for label, reps, min_time, chosen in passes:
+                print(f"{label}: {len(chosen)} benchmarks x {reps} repetitions (min_time "
+                      f"{min_time}), forecast {forecast(reps, min_time, chosen):.0f} s")
+                for c in chosen:
+                    print(f"  {c.name}  ~{c.seconds:.3f} s/iteration")
+            return 0
+        load_before = os.getloadavg()[0]
+        start = time.monotonic()
+        data, pass_info = run_passes(args.bench, passes, args.out)
+        command = os.environ.get("GATED_ATTENTION_REPORT_COMMAND") or " ".join(
+            ["python3", "tools/report.py"] + sys.argv[1:])
+        data["report"] = {
+            "mode": "full" if args.full else "quick",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command,
+            "cpu_model": cpu_model(),
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
+            "bench_wall_s": round(time.monotonic() - start, 1),
+            "passes": pass_info,
+        }
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1)
+
+    peers = load_peers(args.peers) if args.peers else None
+    header, rows, series, errors, _ = build_rows(data, peers)
+    intro = describe(data, peers[2] if peers else None)
+    title = f"{data['report'].get('cpu_model', '')}, {data['report'].get('date', '')}"
+    plot_message = plot(series, png_path, f"gated vs ungated attention, f32: {title}")
+
+    table = text_table(header, rows)
+    text = "\n".join(intro) + "\n\n" + table + "\n"
+    r = data["report"]
+    md_lines = [
+        f"Measured on {r.get('date', '?')} with `{r.get('command', '?')}` ({r.get('mode')} mode, "
+        f"benchmarks {r.get('bench_wall_s', 0):.0f} s).",
+        "",
+        f"CPU: {machine_line(data.get('context', {}), r)}.",
+    ]
+    if args.note:
+        md_lines += ["", args.note]
+    md_lines += [
+        "",
+        "f32, causal (bottom-right aligned). `ms` is the median over repetitions ("
+        + passes_text(r.get("passes", [])) + "); `ovh` = gated / ungated - 1. GFLOP/s (useful FLOPs, "
+        "4·B·Hq·D per visible pair), GB/s (K/V bytes, decode) and their % columns are the "
+        "elementwise-gated run against `peak/fma_f32` and `peak/read_bw/<shape>` measured by the "
+        "same binary with the same threads. Sweeps use Qwen3-Next's heads (Hq 16, Hkv 2, D 256)."
+        + (" Peers (tools/peers.py, same shapes and threads, [b, heads, len, d] inputs, the gate "
+           "as separate ops): " + ", ".join(f"{k} {v}" for k, v in peers[2].items())
+           + "; `x vs <peer>` = their gated time / ours (elementwise)." if peers else ""),
+        "",
+        markdown_table(header, rows),
+        "",
+        f"![gated vs ungated attention]({README_PNG})",
+        "",
+        "Rerun and regenerate this section: `bash tools/main_job.sh`, then "
+        f"`/usr/bin/python3 tools/report.py --json-in build/report/{JSON_NAME} --update-readme` "
+        "(add `--peers build/report/peers.json` for the peer columns).",
+    ]
+    markdown = "\n".join(md_lines)
+    with open(os.path.join(args.out, "report.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(markdown + "\n")
+
+    print(markdown if args.markdown else text)
+    for e in errors:
+        print(f"report: error: {e}", file=sys.stderr)
+    print(f"report: wrote {json_path}" + ("" if plot_message else f", {png_path}"),
+          file=sys.stderr)
+    if plot_message:
+        print(f"report: {plot_message}", file=sys.stderr)
+    if args.update_readme:
+        update_readme(markdown, None if plot_message else png_path)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
