@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gated_attention/block/config.hpp"
+#include "gated_attention/block/gated_multi_head_attention.hpp"
 #include "gated_attention/core/config.hpp"
 #include "gated_attention/core/dtypes.hpp"
 #include "gated_attention/core/executor.hpp"
@@ -12,10 +13,13 @@
 #include "gated_attention/core/workspace.hpp"
 #include "gated_attention/dispatch/cpu.hpp"
 #include "gated_attention/ops/heads.hpp"
+#include "gated_attention/ops/linear.hpp"
 #include "gated_attention/ops/linear_args.hpp"
 #include "gated_attention/ops/output_gate.hpp"
 #include "gated_attention/ops/output_gate_args.hpp"
+#include "gated_attention/ops/rms_norm.hpp"
 #include "gated_attention/ops/rms_norm_args.hpp"
+#include "gated_attention/ops/rope.hpp"
 #include "gated_attention/ops/rope_args.hpp"
 #include "gated_attention/ops/sdpa.hpp"
 #include "gated_attention/ops/sdpa_args.hpp"

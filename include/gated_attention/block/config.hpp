@@ -5,6 +5,7 @@
 // cache; a = SDPA(q, cache, causal) * act(gate); y = a W_o^T.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -216,5 +217,45 @@ struct KvCacheView {
   TensorView<T, 4> v;               // [num_seqs, capacity, num_kv_heads, head_dim]
   std::int64_t* lengths = nullptr;  // [num_seqs] tokens held per sequence
 };
+
+// Checks one forward call's views: x and y [b, len, hidden], positions [b, len], and a cache with
+// room for len more tokens in each of its first b sequences.
+template <class T>
+Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
+                        const TensorView<const T, 3>& x,
+                        const TensorView<const std::int64_t, 2>& positions,
+                        const KvCacheView<T>& cache, const TensorView<T, 3>& y) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("x", x, {-1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
+  const std::int64_t batch = x.extents[0], len = x.extents[1];
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("positions", positions, {batch, len}, {"batch", "length"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("y", y, {batch, len, c.hidden_size}, {"batch", "length", "hidden"}));
+  constexpr std::array<const char*, 4> cache_dims = {"sequences", "capacity", "kv heads", "dim"};
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("cache.k", cache.k, {-1, -1, c.num_kv_heads, c.head_dim}, cache_dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.v", cache.v, cache.k.extents, cache_dims));
+  if (cache.k.extents[0] < batch) {
+    return Status::error(StatusCode::invalid_argument,
+                         "cache.k: dim 0 (sequences): expected >= %lld (batch), got %lld",
+                         static_cast<long long>(batch), static_cast<long long>(cache.k.extents[0]));
+  }
+  if (cache.lengths == nullptr && batch > 0) {
+    return Status::error(StatusCode::invalid_argument, "cache.lengths: null pointer");
+  }
+  const std::int64_t capacity = cache.k.extents[1];
+  for (std::int64_t s = 0; s < batch; ++s) {
+    if (cache.lengths[s] < 0 || cache.lengths[s] + len > capacity) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cache.lengths: sequence %lld holds %lld tokens, + %lld new exceeds "
+                           "capacity %lld",
+                           static_cast<long long>(s), static_cast<long long>(cache.lengths[s]),
+                           static_cast<long long>(len), static_cast<long long>(capacity));
+    }
+  }
+  return Status::ok();
+}
 
 }  // namespace gated_attention

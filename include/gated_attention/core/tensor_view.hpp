@@ -83,6 +83,26 @@ struct TensorView {
   }
 };
 
+// Number of rows (all dimensions but the last) of a view.
+template <class T, int Rank>
+constexpr std::int64_t num_rows(const TensorView<T, Rank>& view) {
+  std::int64_t n = 1;
+  for (int i = 0; i + 1 < Rank; ++i) n *= view.extents[i];
+  return n;
+}
+
+// The index of the first element of row `row` (row-major over all dimensions but the last).
+template <class T, int Rank>
+constexpr typename TensorView<T, Rank>::Index row_index(const TensorView<T, Rank>& view,
+                                                        std::int64_t row) {
+  typename TensorView<T, Rank>::Index index{};
+  for (int i = Rank - 2; i >= 0; --i) {
+    index[i] = view.extents[i] > 0 ? row % view.extents[i] : 0;
+    row = view.extents[i] > 0 ? row / view.extents[i] : 0;
+  }
+  return index;
+}
+
 // Whether two views may address a common byte. Conservative: compares the address ranges the views
 // span, not the individual elements.
 template <class T, int RankT, class U, int RankU>

@@ -1,0 +1,374 @@
+// GatedMultiHeadAttention: the whole attention layer of a gated transformer (Qwen3-Next style),
+// from hidden states to hidden states, through a KV cache.
+//
+//   GatedMultiHeadAttention<float> attention(config, weights);     // views, nothing is copied
+//   BlockForwardArgs<float> args{x, positions, cache, y};
+//   std::vector<std::byte> ws(attention.workspace_size(args, executor.num_workers));
+//   Status s = attention.forward(args, Workspace(ws.data(), ws.size()), executor);
+//
+// One forward call appends `len` new tokens to each of the b sequences of the cache: a prefill
+// (empty cache), a chunk of prefill after a cached prefix, or a decode step (len = 1, any number
+// of sequences, each with its own cached length). With gate_mode none it is the ungated layer.
+//
+// Engines that call kernels from each of their nth workers instead call, for every
+// phase < num_phases(), run_phase(args, workspace, phase, ith, nth) on every worker, with a
+// barrier between phases; the workspace is sized with workspace_size(args, nth).
+//
+// Allocation: none, except inside the GEMM hook; Eigen's default GEMM allocates packing buffers
+// for large products (see ops/linear.hpp). The workspace size depends on the shapes and the cache
+// capacity only, so one buffer sized for the largest call serves every smaller one.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "gated_attention/block/config.hpp"
+#include "gated_attention/core/executor.hpp"
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/core/workspace.hpp"
+#include "gated_attention/ops/linear.hpp"
+#include "gated_attention/ops/rms_norm.hpp"
+#include "gated_attention/ops/rope.hpp"
+#include "gated_attention/ops/sdpa.hpp"
+
+namespace gated_attention {
+
+template <class T>
+struct BlockForwardArgs {
+  TensorView<const T, 3> x;                     // [b, len, hidden] new tokens of b sequences
+  TensorView<const std::int64_t, 2> positions;  // [b, len] RoPE position of each token
+  KvCacheView<T> cache;                         // sequences 0..b-1 receive the new tokens
+  TensorView<T, 3> y;                           // [b, len, hidden]; may be x itself
+  AttentionStats stats;                         // optional, [b, len, kv_heads, group]
+};
+
+template <class T>
+class GatedMultiHeadAttention {
+ public:
+  // Phases of run_phase(), in order.
+  enum Phase : int {
+    kProject = 0,      // q (with the gate), gate (separate layout), k and v projections
+    kPrepare = 1,      // q/k norm and RoPE; k and v appended to the cache
+    kAttention = 2,    // SDPA with the fused gate
+    kMergeSplits = 3,  // merges key splits (no work when the plan has none)
+    kOutput = 4,       // o_proj
+    kCommit = 5,       // the cache lengths advance by len
+    kNumPhases = 6,
+  };
+
+  GatedMultiHeadAttention(const BlockConfig& config, const BlockWeights<T>& weights,
+                          const LinearHook<T>& gemm = {})
+      : config_(config), weights_(weights), gemm_(gemm) {}
+
+  const BlockConfig& config() const { return config_; }
+  const BlockWeights<T>& weights() const { return weights_; }
+
+  Status can_implement(const BlockForwardArgs<T>& args) const {
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        validate_forward(config_, weights_, args.x, args.positions, args.cache, args.y));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_no_overlap("cache.k", args.cache.k, "cache.v", args.cache.v));
+    if (!std::is_same_v<T, float>) {
+      return Status::error(StatusCode::not_supported,
+                           "block: element type: expected float (bf16/f16 come later)");
+    }
+    return Status::ok();
+  }
+
+  // Bytes of workspace for calls with these shapes (x, y and the cache's capacity), any cached
+  // lengths.
+  std::size_t workspace_size(const BlockForwardArgs<T>& args, int num_workers) const {
+    Workspace counting = Workspace::counting();
+    carve(counting, args, num_workers);
+    return counting.bytes_needed();
+  }
+  std::size_t workspace_size(const BlockForwardArgs<T>& args, const Executor& executor) const {
+    return workspace_size(args, executor.num_workers);
+  }
+
+  static constexpr int num_phases() { return kNumPhases; }
+
+  Status forward(const BlockForwardArgs<T>& args, Workspace workspace,
+                 const Executor& executor = {}) const {
+    GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+    for (int phase = 0; phase < kNumPhases; ++phase) {
+      GATED_ATTENTION_RETURN_IF_ERROR(run_checked_phase(
+          args, workspace, phase, executor.num_workers,
+          [&](std::int64_t tasks, auto&& task) { parallel_for(executor, tasks, task); }));
+    }
+    return Status::ok();
+  }
+
+  // Worker ith of nth runs its share of `phase`. Every worker passes the same arguments and
+  // workspace; the engine puts a barrier between phases. kCommit does not validate again.
+  Status run_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase, int ith,
+                   int nth) const {
+    if (nth < 1 || ith < 0 || ith >= nth) {
+      return Status::error(StatusCode::invalid_argument,
+                           "ith/nth: expected 0 <= ith < nth, got %d/%d", ith, nth);
+    }
+    if (phase < 0 || phase >= kNumPhases) {
+      return Status::error(StatusCode::invalid_argument, "phase: expected 0..%d, got %d",
+                           kNumPhases - 1, phase);
+    }
+    // Other workers may be in kCommit, writing the lengths that can_implement reads.
+    if (phase != kCommit) GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+    return run_checked_phase(args, workspace, phase, nth, [&](std::int64_t tasks, auto&& task) {
+      const TaskRange r = worker_share(tasks, ith, nth);
+      for (std::int64_t i = r.begin; i < r.end; ++i) task(i, ith);
+    });
+  }
+
+ private:
+  // Scratch carved from the workspace, in this order, identically on every worker.
+  struct Buffers {
+    T* q_proj_out = nullptr;          // [rows, q_proj_rows] q (and the gate, unless separate)
+    T* gate_proj_out = nullptr;       // [rows, gate_width] separate layout only
+    T* k_proj_out = nullptr;          // [rows, kv_width]
+    T* v_proj_out = nullptr;          // [rows, kv_width]
+    T* attn = nullptr;                // [rows, q_width] gated attention output
+    std::int64_t* kv_lens = nullptr;  // [b] cached + new tokens per sequence
+    std::byte* sdpa = nullptr;        // SDPA scratch, planned for the cache's capacity
+    std::size_t sdpa_bytes = 0;
+    bool complete = false;
+  };
+
+  // A projection out = in W^T + bias, run in panels of output features, over all rows at once or
+  // per sequence when the rows of in or out cannot be addressed with a single row stride.
+  struct Projection {
+    TensorView<const T, 2> weight;  // [out features, hidden]
+    const T* maybe_bias = nullptr;  // [out features]
+    TensorView<T, 3> out;           // [b, len, out features]
+    std::int64_t panel = 0, panels = 0;
+  };
+
+  // The SDPA arguments over the new queries and the cache; kv_len_extent keys of the cache.
+  SdpaArgs<T, T> attention_args(const BlockForwardArgs<T>& args, const Buffers& buf,
+                                std::int64_t kv_len_extent) const {
+    const BlockConfig& c = config_;
+    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
+    const auto q_rows = TensorView<T, 3>::contiguous(buf.q_proj_out, {batch, len, c.q_proj_rows()});
+    SdpaArgs<T, T> a;
+    a.q = q_view(c, q_rows);
+    a.k = args.cache.k;
+    a.v = args.cache.v;
+    a.k.extents[0] = a.v.extents[0] = batch;
+    a.k.extents[1] = a.v.extents[1] = kv_len_extent;
+    a.out = TensorView<T, 5>::contiguous(buf.attn,
+                                         {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
+    a.scale = c.scale;
+    a.mask = Mask::causal();
+    a.maybe_kv_lens = buf.kv_lens;
+    if (c.gate_mode != GateMode::none) {
+      a.gate.values = gate_view(
+          c, c.has_gate_proj()
+                 ? TensorView<T, 3>::contiguous(buf.gate_proj_out, {batch, len, c.gate_width()})
+                 : q_rows);
+      a.gate.activation = c.gate_activation;
+    }
+    a.stats = args.stats;
+    return a;
+  }
+
+  void carve(Workspace& ws, const BlockForwardArgs<T>& args, int num_workers,
+             Buffers* out = nullptr) const {
+    const BlockConfig& c = config_;
+    const auto rows = static_cast<std::size_t>(args.x.extents[0] * args.x.extents[1]);
+    Buffers b;
+    b.q_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_proj_rows()));
+    if (c.has_gate_proj()) {
+      b.gate_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.gate_width()));
+    }
+    b.k_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
+    b.v_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
+    b.attn = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
+    b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.x.extents[0]));
+    b.sdpa_bytes = gated_attention::workspace_size(attention_args(args, b, args.cache.k.extents[1]),
+                                                   num_workers);
+    b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
+    b.complete = !ws.is_counting() && !ws.exhausted();
+    if (out != nullptr) *out = b;
+  }
+
+  // Rows of x (and y) as one [rows, hidden] matrix when a single row stride addresses them.
+  template <class U>
+  static bool rows_collapse(const TensorView<U, 3>& t) {
+    return t.extents[0] <= 1 || t.strides[0] == t.extents[1] * t.strides[1];
+  }
+
+  // Panel `p` of a projection for row group `group` (all rows when one_group): out = in W^T + b.
+  Status project(const TensorView<const T, 3>& in, const TensorView<T, 3>& out,
+                 const Projection& proj, std::int64_t group, bool one_group, std::int64_t p) const {
+    const std::int64_t len = in.extents[1];
+    const std::int64_t rows = one_group ? in.extents[0] * len : len;
+    LinearArgs<T> whole;
+    whole.x = TensorView<const T, 2>(in.data + (one_group ? 0 : group * in.strides[0]),
+                                     {rows, in.extents[2]}, {in.strides[1], 1});
+    whole.weight = proj.weight;
+    whole.maybe_bias = proj.maybe_bias;
+    whole.y = TensorView<T, 2>(out.data + (one_group ? 0 : group * out.strides[0]),
+                               {rows, out.extents[2]}, {out.strides[1], 1});
+    const std::int64_t width = proj.weight.extents[0], begin = p * proj.panel;
+    const auto fn = gemm_.fn != nullptr ? gemm_.fn : &linear_eigen<T>;
+    return fn(gemm_.context, linear_panel(whole, begin, std::min(proj.panel, width - begin)));
+  }
+
+  // Norm, RoPE and cache append of token `token` (b * len + t).
+  void prepare_token(const BlockForwardArgs<T>& args, const Buffers& buf, std::int64_t token,
+                     RopeAngles& angles) const {
+    const BlockConfig& c = config_;
+    const std::int64_t len = args.x.extents[1], d = c.head_dim;
+    const std::int64_t b = token / len, t = token % len;
+    const auto weighting = c.qk_norm == QkNorm::zero_centered_rms ? RmsNormWeight::zero_centered
+                                                                  : RmsNormWeight::standard;
+    const bool rope = c.rotary_dim > 0;
+    if (rope) angles.compute(args.positions(b, t), c.rope_theta, c.rotary_dim);
+    const auto q = q_view(
+        c, TensorView<T, 3>::contiguous(buf.q_proj_out, {args.x.extents[0], len, c.q_proj_rows()}));
+    for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+      for (std::int64_t j = 0; j < c.group_size(); ++j) {
+        T* row = &q(b, t, h, j, 0);
+        if (c.qk_norm != QkNorm::none) {
+          rms_norm_row(row, row, d, weights_.maybe_q_norm, c.rms_norm_eps, weighting);
+        }
+        if (rope) rope_row(row, row, d, c.rotary_dim, angles);
+      }
+    }
+    const std::int64_t slot = args.cache.lengths[b] + t;
+    for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const T* k = buf.k_proj_out + token * c.kv_width() + h * d;
+      const T* v = buf.v_proj_out + token * c.kv_width() + h * d;
+      T* k_cached = &args.cache.k(b, slot, h, 0);
+      T* v_cached = &args.cache.v(b, slot, h, 0);
+      if (c.qk_norm != QkNorm::none) {
+        rms_norm_row(k, k_cached, d, weights_.maybe_k_norm, c.rms_norm_eps, weighting);
+      } else {
+        std::copy(k, k + d, k_cached);
+      }
+      if (rope) rope_row(k_cached, k_cached, d, c.rotary_dim, angles);
+      std::copy(v, v + d, v_cached);
+    }
+  }
+
+  // Tokens per task of the prepare phase.
+  static constexpr std::int64_t kPrepareTokens = 8;
+
+  // Validated arguments: carves the workspace and runs `phase` through for_tasks(n, task), which
+  // calls task(i, worker) for the tasks [0, n) this worker owns.
+  template <class ForTasks>
+  Status run_checked_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase,
+                           int num_workers, ForTasks&& for_tasks) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const BlockConfig& c = config_;
+      Buffers buf;
+      carve(workspace, args, num_workers, &buf);
+      if (!buf.complete) {
+        return Status::error(StatusCode::workspace_too_small,
+                             "workspace: expected >= %zu bytes for %d worker(s), got %zu",
+                             workspace_size(args, num_workers), num_workers, workspace.capacity());
+      }
+      const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
+      const std::int64_t tokens = batch * len;
+      if (tokens == 0) return Status::ok();
+      Status first_error;
+      std::atomic<bool> failed{false};
+      auto record = [&](const Status& s) {
+        if (!s.is_ok() && !failed.exchange(true)) first_error = s;
+      };
+
+      if (phase == kProject || phase == kOutput) {
+        Projection projs[4];
+        int n = 0;
+        auto add = [&](const TensorView<const T, 2>& w, const T* bias,
+                       const TensorView<T, 3>& out) {
+          projs[n].weight = w;
+          projs[n].maybe_bias = bias;
+          projs[n++].out = out;
+        };
+        auto rows_of = [&](T* data, std::int64_t width) {
+          return TensorView<T, 3>::contiguous(data, {batch, len, width});
+        };
+        if (phase == kProject) {
+          add(weights_.q_proj, weights_.maybe_q_bias, rows_of(buf.q_proj_out, c.q_proj_rows()));
+          if (c.has_gate_proj()) {
+            add(weights_.maybe_gate_proj, weights_.maybe_gate_bias,
+                rows_of(buf.gate_proj_out, c.gate_width()));
+          }
+          add(weights_.k_proj, weights_.maybe_k_bias, rows_of(buf.k_proj_out, c.kv_width()));
+          add(weights_.v_proj, weights_.maybe_v_bias, rows_of(buf.v_proj_out, c.kv_width()));
+        } else {
+          add(weights_.o_proj, weights_.maybe_o_bias, args.y);
+        }
+        std::int64_t total_width = 0;
+        for (int i = 0; i < n; ++i) total_width += projs[i].weight.extents[0];
+        const std::int64_t panel = linear_panel_width(total_width, num_workers);
+        std::int64_t panels = 0;
+        for (int i = 0; i < n; ++i) {
+          projs[i].panel = panel;
+          projs[i].panels = (projs[i].weight.extents[0] + panel - 1) / panel;
+          panels += projs[i].panels;
+        }
+        const TensorView<const T, 3> input =
+            phase == kProject ? args.x : rows_of(buf.attn, c.q_width());
+        const bool one_group = rows_collapse(input) && rows_collapse(projs[0].out);
+        for_tasks((one_group ? 1 : batch) * panels, [&](std::int64_t task, int) {
+          std::int64_t p = task % panels;
+          int i = 0;
+          while (p >= projs[i].panels) p -= projs[i++].panels;
+          record(project(input, projs[i].out, projs[i], task / panels, one_group, p));
+        });
+        return first_error;
+      }
+
+      if (phase == kCommit) {
+        for_tasks(1, [&](std::int64_t, int) {
+          for (std::int64_t s = 0; s < batch; ++s) args.cache.lengths[s] += len;
+        });
+        return Status::ok();
+      }
+
+      if (phase == kPrepare) {
+        const std::int64_t chunks = (tokens + kPrepareTokens - 1) / kPrepareTokens;
+        for_tasks(chunks + 1, [&](std::int64_t task, int) {
+          if (task == chunks) {
+            for (std::int64_t s = 0; s < batch; ++s) buf.kv_lens[s] = args.cache.lengths[s] + len;
+            return;
+          }
+          RopeAngles angles;
+          const std::int64_t end = std::min(tokens, (task + 1) * kPrepareTokens);
+          for (std::int64_t token = task * kPrepareTokens; token < end; ++token) {
+            prepare_token(args, buf, token, angles);
+          }
+        });
+        return Status::ok();
+      }
+
+      // Attention over the longest sequence's keys (planned splits follow the real lengths).
+      std::int64_t kv_len = 0;
+      for (std::int64_t s = 0; s < batch; ++s) kv_len = std::max(kv_len, args.cache.lengths[s]);
+      const SdpaArgs<T, T> sdpa_args = attention_args(args, buf, kv_len + len);
+      const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
+      const int sdpa_phase = phase - kAttention;
+      if (sdpa_phase >= gated_attention::num_phases(sdpa_args, num_workers)) return Status::ok();
+      return detail::with_sdpa_context(
+          sdpa_args, sdpa_ws, num_workers, [&](auto& ctx, const auto& plan, const auto& fns) {
+            const TaskFn fn = sdpa_phase == 0 ? fns.task : fns.merge;
+            for_tasks(sdpa_phase == 0 ? plan.tasks : plan.units,
+                      [&](std::int64_t task, int worker) { fn(&ctx, task, worker); });
+          });
+    } else {
+      (void)args, (void)workspace, (void)phase, (void)num_workers, (void)for_tasks;
+      return Status::error(StatusCode::not_supported, "block: element type: expected float");
+    }
+  }
+
+  BlockConfig config_;
+  BlockWeights<T> weights_;
+  LinearHook<T> gemm_;
+};
+
+}  // namespace gated_attention

@@ -1,0 +1,117 @@
+// Linear layer y = x W^T + bias through Eigen, and the GEMM hook engines use to plug their own
+// matmul (quantized, BLAS, ...) into the block.
+//
+//   Status s = run(args, executor);  // splits the output features into panels over the workers
+//
+// Eigen is compiled with the includer's flags: without -march it uses SSE2 only, which is several
+// times slower than its AVX2/AVX-512 code. The attention kernels need no -march (they dispatch at
+// run time); the projections do, or an engine's own GEMM through LinearHook.
+//
+// Allocation: Eigen's GEMM takes its packing buffers from the stack up to
+// EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap (malloc) above it, so large products
+// allocate; matrix-vector products (one row, i.e. decode) do not. A LinearHook that allocates
+// nothing makes the whole block forward allocation-free.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "gated_attention/core/executor.hpp"
+#include "gated_attention/core/status.hpp"
+#include "gated_attention/ops/linear_args.hpp"
+
+namespace gated_attention {
+
+// Output features per task: about two tasks per worker over `out_features` (fewer, wider panels
+// repack x less often), in multiples of 64, at least 64.
+inline std::int64_t linear_panel_width(std::int64_t out_features, int num_workers) {
+  const std::int64_t tasks = 2 * std::max(1, num_workers);
+  const std::int64_t width = (out_features + tasks - 1) / tasks;
+  return std::max<std::int64_t>(64, (width + 63) / 64 * 64);
+}
+
+// An engine's matmul: computes args.y = args.x args.weight^T + args.maybe_bias on the calling
+// thread. The block calls it once per panel of output features, from its workers, so it must be
+// safe to call concurrently on disjoint outputs. Views have stride 1 over their last dimension.
+template <class T>
+struct LinearHook {
+  using Fn = Status (*)(void* context, const LinearArgs<T>& args);
+  Fn fn = nullptr;  // null: Eigen (linear_eigen)
+  void* context = nullptr;
+};
+
+template <class T>
+Status can_implement(const LinearArgs<T>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
+  if (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    return Status::error(StatusCode::not_supported, "linear: element type: expected float/double");
+  }
+  return Status::ok();
+}
+
+// The default hook: one Eigen product on the calling thread. Shapes are not validated here.
+template <class T>
+Status linear_eigen(void* /*context*/, const LinearArgs<T>& args) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+    using Map = Eigen::Map<Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+    const ConstMap x(args.x.data, args.x.extents[0], args.x.extents[1],
+                     Eigen::OuterStride<>(args.x.strides[0]));
+    const ConstMap w(args.weight.data, args.weight.extents[0], args.weight.extents[1],
+                     Eigen::OuterStride<>(args.weight.strides[0]));
+    Map y(args.y.data, args.y.extents[0], args.y.extents[1],
+          Eigen::OuterStride<>(args.y.strides[0]));
+    if (y.size() == 0) return Status::ok();
+    y.noalias() = x * w.transpose();
+    if (args.maybe_bias != nullptr) {
+      const Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>> bias(args.maybe_bias, y.cols());
+      y.rowwise() += bias;
+    }
+    return Status::ok();
+  } else {
+    return Status::error(StatusCode::not_supported, "linear: element type: expected float/double");
+  }
+}
+
+// Output features [begin, begin + count): the slice of weight, bias and y they cover.
+template <class T>
+LinearArgs<T> linear_panel(const LinearArgs<T>& args, std::int64_t begin, std::int64_t count) {
+  LinearArgs<T> panel = args;
+  panel.weight.data += begin * args.weight.strides[0];
+  panel.weight.extents[0] = count;
+  if (panel.maybe_bias != nullptr) panel.maybe_bias += begin;
+  panel.y.data += begin * args.y.strides[1];
+  panel.y.extents[1] = count;
+  return panel;
+}
+
+// y = x W^T + bias, output features split in panels over the executor's workers.
+template <class T>
+Status run(const LinearArgs<T>& args, const Executor& executor = {},
+           const LinearHook<T>& hook = {}) {
+  GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+  if (args.y.strides[1] != 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "y: dim 1 (out features): stride %lld, "
+                         "expected 1",
+                         static_cast<long long>(args.y.strides[1]));
+  }
+  const auto fn = hook.fn != nullptr ? hook.fn : &linear_eigen<T>;
+  const std::int64_t out = args.weight.extents[0];
+  const std::int64_t width = linear_panel_width(out, executor.num_workers);
+  Status first_error;
+  std::atomic<bool> failed{false};
+  parallel_for(executor, (out + width - 1) / width, [&](std::int64_t p, int) {
+    const std::int64_t begin = p * width;
+    Status s = fn(hook.context, linear_panel(args, begin, std::min(width, out - begin)));
+    if (!s.is_ok() && !failed.exchange(true)) first_error = s;
+  });
+  return first_error;
+}
+
+}  // namespace gated_attention

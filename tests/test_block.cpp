@@ -1,0 +1,431 @@
+// GatedMultiHeadAttention against reference::block_forward: every layout, gate mode, QK norm and
+// bias option; prefill, chunked prefill and batched decode through the KV cache; every ISA path;
+// 1 and 3 threads; the ith/nth entry from std::threads; strided and in-place x/y; the GEMM hook;
+// validation and the workspace.
+//
+// Tolerance: the block runs in f32 (projections through Eigen, attention through the kernels),
+// the reference in double on the same f32 weights. Each output element must satisfy
+// |y - y_ref| <= 1e-4 + 1e-3 |y_ref| (about 8 f32 ulps of accumulated rounding over sums of
+// hidden = 96 products, two projections and the softmax); the largest error measured is 0.06 of it.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "block_model.hpp"
+#include "support.hpp"
+
+namespace ga = gated_attention;
+using namespace ga::testing;
+
+namespace {
+
+constexpr double kAtol = 1e-4, kRtol = 1e-3;
+
+// hidden 96, 4 query heads over 2 KV heads, head_dim 64 (a specialised SDPA kernel), RoPE on 16.
+ga::BlockConfig block_config(ga::GateMode mode, ga::QGateLayout layout) {
+  ga::BlockConfig c = small_config(mode, layout);
+  c.hidden_size = 96;
+  c.head_dim = 64;
+  c.rotary_dim = 16;
+  return c;
+}
+
+// Runs the block on contiguous x [batch, len, hidden] and returns y.
+struct BlockRun {
+  const ga::GatedMultiHeadAttention<float>& block;
+  ga::Executor executor;
+
+  ga::Status forward(const std::vector<float>& x, std::int64_t batch, std::int64_t len,
+                     const Positions& pos, const ga::KvCacheView<float>& cache,
+                     std::vector<float>& y) const {
+    const std::int64_t hid = block.config().hidden_size;
+    y.assign(static_cast<std::size_t>(batch * len * hid), nan_of<float>());
+    ga::BlockForwardArgs<float> args;
+    args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid});
+    args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len});
+    args.cache = cache;
+    args.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+    std::vector<std::byte> ws(block.workspace_size(args, executor));
+    return block.forward(args, ga::Workspace(ws.data(), ws.size()), executor);
+  }
+};
+
+std::vector<float> reference_forward(const Model<float>& m, const std::vector<float>& x,
+                                     std::int64_t batch, std::int64_t len, const Positions& pos,
+                                     const ga::KvCacheView<float>& cache) {
+  const std::int64_t hid = m.c.hidden_size;
+  std::vector<float> y(static_cast<std::size_t>(batch * len * hid));
+  const ga::Status s = ga::reference::block_forward(
+      m.c, m.weights(), ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid}),
+      ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len}), cache,
+      ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid}));
+  REQUIRE(s.is_ok());
+  return y;
+}
+
+// Elements that differ: NaN on one side only, or beyond the tolerance.
+std::int64_t cache_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      bad += std::isnan(a[i]) != std::isnan(b[i]) ? 1 : 0;
+    } else {
+      bad += std::fabs(a[i] - b[i]) <= kAtol + kRtol * std::fabs(b[i]) ? 0 : 1;
+    }
+  }
+  return bad;
+}
+
+// The same steps through the block and the reference, each with its own cache; checks y after
+// every step and the caches at the end.
+struct Steps {
+  const Model<float>& model;
+  ga::Executor executor;
+  std::int64_t seqs, capacity;
+
+  void run(std::uint64_t salt) const {
+    const ga::GatedMultiHeadAttention<float> block(model.c, model.weights());
+    const BlockRun runner{block, executor};
+    Cache<float> ours(model.c, seqs, capacity), theirs(model.c, seqs, capacity);
+    std::mt19937_64 rng = make_rng(salt);
+    const std::int64_t hid = model.c.hidden_size;
+    // Prefill 37 tokens into sequence 0 and 17 into sequence 1 (one call each), a chunk of 5 into
+    // both, then 3 batched decode steps of every sequence.
+    struct Step {
+      std::int64_t first_seq, batch, len;
+    };
+    const Step steps[] = {{0, 1, 37},   {1, 1, 17},   {0, 2, 5},
+                          {0, seqs, 1}, {0, seqs, 1}, {0, seqs, 1}};
+    for (const Step& step : steps) {
+      INFO("step: sequences " << step.first_seq << "+" << step.batch << ", " << step.len
+                              << " tokens");
+      const std::vector<float> x = random_vector<float>(rng, step.batch * step.len * hid);
+      Positions pos;
+      for (std::int64_t b = 0; b < step.batch; ++b) {
+        const std::int64_t start = ours.lengths[static_cast<std::size_t>(step.first_seq + b)];
+        for (std::int64_t t = 0; t < step.len; ++t) pos.push_back(start + t);
+      }
+      auto sub = [&](Cache<float>& cache) {
+        ga::KvCacheView<float> v = cache.slot(step.first_seq);
+        v.k.extents[0] = v.v.extents[0] = step.batch;
+        return v;
+      };
+      std::vector<float> y;
+      const ga::Status s = runner.forward(x, step.batch, step.len, pos, sub(ours), y);
+      INFO(s.message());
+      REQUIRE(s.is_ok());
+      const std::vector<float> expected =
+          reference_forward(model, x, step.batch, step.len, pos, sub(theirs));
+      CHECK(max_tolerance_ratio(y, expected, kAtol, kRtol) <= 1.0);
+      CHECK(ours.lengths == theirs.lengths);
+    }
+    // Cached K and V: the same slots written (NaN elsewhere on both sides), with the same values.
+    CHECK(cache_mismatches(ours.k.data, theirs.k.data) == 0);
+    CHECK(cache_mismatches(ours.v.data, theirs.v.data) == 0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Block matches the reference: layouts, gates, norms, biases, paths, threads", "[block]") {
+  struct Variant {
+    ga::GateMode mode;
+    ga::QGateLayout layout;
+    ga::QkNorm norm;
+    ga::GateActivation activation;
+    bool biases;
+    std::int64_t rotary_dim;
+  };
+  const Variant variants[] = {
+      {ga::GateMode::elementwise, ga::QGateLayout::qwen3_next, ga::QkNorm::zero_centered_rms,
+       ga::GateActivation::sigmoid, false, 16},
+      {ga::GateMode::headwise, ga::QGateLayout::qwen3_next, ga::QkNorm::rms,
+       ga::GateActivation::sigmoid, true, 64},
+      {ga::GateMode::elementwise, ga::QGateLayout::grouped, ga::QkNorm::zero_centered_rms,
+       ga::GateActivation::silu, true, 16},
+      {ga::GateMode::headwise, ga::QGateLayout::grouped, ga::QkNorm::none,
+       ga::GateActivation::sigmoid, false, 0},
+      {ga::GateMode::elementwise, ga::QGateLayout::separate, ga::QkNorm::rms,
+       ga::GateActivation::sigmoid, true, 32},
+      {ga::GateMode::none, ga::QGateLayout::qwen3_next, ga::QkNorm::zero_centered_rms,
+       ga::GateActivation::sigmoid, true, 16},
+  };
+  ga::ThreadPool pool(3);
+  std::uint64_t salt = 1000;
+  for (const Variant& var : variants) {
+    ga::BlockConfig c = block_config(var.mode, var.layout);
+    c.qk_norm = var.norm;
+    c.gate_activation = var.activation;
+    c.rotary_dim = var.rotary_dim;
+    std::mt19937_64 rng = make_rng(salt++);
+    Model<float> m = make_model<float>(c, rng);
+    m.biases = m.o_bias = var.biases;
+    for (const ga::Isa isa : available_isas()) {
+      ga::set_isa_limit(isa);
+      for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+        INFO("layout " << name_of(var.layout) << ", gate " << name_of(var.mode) << ", path "
+                       << ga::to_string(isa) << ", workers " << executor.num_workers);
+        Steps{m, executor, 3, 48}.run(salt);
+      }
+    }
+    ga::clear_isa_limit();
+  }
+}
+
+TEST_CASE("Block: strided x and y, and y written in place of x", "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  std::mt19937_64 rng = make_rng(1100);
+  const Model<float> m = make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
+  const std::int64_t batch = 2, len = 9, hid = c.hidden_size, pad = 5;
+  const std::vector<float> x = random_vector<float>(rng, batch * len * hid);
+  const Positions pos = positions_from(batch, len, 0);
+
+  Cache<float> theirs(c, batch, 16);
+  const std::vector<float> expected = reference_forward(m, x, batch, len, pos, theirs.view());
+
+  ga::ThreadPool pool(2);
+  for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+    INFO("workers " << executor.num_workers);
+    // x and y with padded rows and a batch stride that no single row stride covers.
+    const std::int64_t row = hid + pad, seq = len * row + 3;
+    std::vector<float> xs(static_cast<std::size_t>(batch * seq), nan_of<float>());
+    std::vector<float> ys(xs.size(), nan_of<float>());
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        std::copy_n(&x[static_cast<std::size_t>((b * len + t) * hid)], hid,
+                    &xs[static_cast<std::size_t>(b * seq + t * row)]);
+      }
+    }
+    ga::BlockForwardArgs<float> args;
+    args.x = ga::TensorView<const float, 3>(xs.data(), {batch, len, hid}, {seq, row, 1});
+    args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len});
+    args.y = ga::TensorView<float, 3>(ys.data(), {batch, len, hid}, {seq, row, 1});
+    Cache<float> ours(c, batch, 16);
+    args.cache = ours.view();
+    std::vector<std::byte> ws(block.workspace_size(args, executor));
+    REQUIRE(block.forward(args, ga::Workspace(ws.data(), ws.size()), executor).is_ok());
+    std::vector<float> y, y_in_place;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        const auto at = ys.begin() + b * seq + t * row;
+        y.insert(y.end(), at, at + hid);
+        CHECK(std::all_of(at + hid, at + row, [](float v) { return std::isnan(v); }));
+      }
+    }
+    CHECK(max_tolerance_ratio(y, expected, kAtol, kRtol) <= 1.0);
+
+    // In place: y is x.
+    Cache<float> again(c, batch, 16);
+    args.cache = again.view();
+    args.y = ga::TensorView<float, 3>(xs.data(), {batch, len, hid}, {seq, row, 1});
+    REQUIRE(block.forward(args, ga::Workspace(ws.data(), ws.size()), executor).is_ok());
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        const auto at = xs.begin() + b * seq + t * row;
+        y_in_place.insert(y_in_place.end(), at, at + hid);
+      }
+    }
+    CHECK(y_in_place == y);
+  }
+}
+
+TEST_CASE("Block: the ith/nth entry from std::threads equals forward() bit for bit", "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::grouped);
+  std::mt19937_64 rng = make_rng(1200);
+  const Model<float> m = make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
+  const std::int64_t hid = c.hidden_size;
+
+  for (const int nth : {2, 3}) {
+    for (const std::int64_t len : {std::int64_t{29}, std::int64_t{1}}) {
+      INFO(nth << " workers, " << len << " tokens");
+      const std::int64_t batch = len == 1 ? 3 : 1, cached = len == 1 ? 300 : 0;
+      Cache<float> pooled(c, batch, 320), threaded(c, batch, 320);
+      // A cached prefix (written by the pool run) so that decode splits its keys.
+      for (std::int64_t s = 0; s < batch; ++s) {
+        for (std::int64_t i = 0; i < cached * c.num_kv_heads * c.head_dim; ++i) {
+          const float kv = std::sin(0.01f * static_cast<float>(i + s));
+          const auto at = static_cast<std::size_t>(s * 320 * c.num_kv_heads * c.head_dim + i);
+          pooled.k.data[at] = threaded.k.data[at] = kv;
+          pooled.v.data[at] = threaded.v.data[at] = -kv;
+        }
+        pooled.lengths[static_cast<std::size_t>(s)] = cached;
+        threaded.lengths[static_cast<std::size_t>(s)] = cached;
+      }
+      const std::vector<float> x = random_vector<float>(rng, batch * len * hid);
+      const Positions pos = positions_from(batch, len, cached);
+
+      ga::ThreadPool pool(nth);
+      std::vector<float> y_pool;
+      REQUIRE(BlockRun{block, pool.executor()}
+                  .forward(x, batch, len, pos, pooled.view(), y_pool)
+                  .is_ok());
+
+      std::vector<float> y(static_cast<std::size_t>(batch * len * hid), nan_of<float>());
+      ga::BlockForwardArgs<float> args;
+      args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid});
+      args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len});
+      args.cache = threaded.view();
+      args.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+      std::vector<std::byte> ws(block.workspace_size(args, nth));
+      std::vector<int> failures(static_cast<std::size_t>(nth), 0);
+      for (int phase = 0; phase < block.num_phases(); ++phase) {
+        std::vector<std::thread> workers;
+        for (int ith = 0; ith < nth; ++ith) {
+          workers.emplace_back([&, ith, phase] {
+            const ga::Status s =
+                block.run_phase(args, ga::Workspace(ws.data(), ws.size()), phase, ith, nth);
+            failures[static_cast<std::size_t>(ith)] += s.is_ok() ? 0 : 1;
+          });
+        }
+        for (auto& t : workers) t.join();  // the barrier between phases
+      }
+      CHECK(failures == std::vector<int>(static_cast<std::size_t>(nth), 0));
+      CHECK(y == y_pool);
+      CHECK(threaded.lengths == pooled.lengths);
+      CHECK(threaded.lengths[0] == cached + len);
+    }
+  }
+}
+
+namespace {
+
+// A GEMM hook that computes in double with plain loops and counts its calls.
+struct LoopGemm {
+  std::atomic<int> calls{0};
+
+  static ga::Status run(void* context, const ga::LinearArgs<float>& a) {
+    static_cast<LoopGemm*>(context)->calls.fetch_add(1);
+    for (std::int64_t r = 0; r < a.x.extents[0]; ++r) {
+      for (std::int64_t o = 0; o < a.weight.extents[0]; ++o) {
+        double sum = a.maybe_bias != nullptr ? a.maybe_bias[o] : 0.0;
+        for (std::int64_t i = 0; i < a.x.extents[1]; ++i) {
+          sum += static_cast<double>(a.x(r, i)) * a.weight(o, i);
+        }
+        a.y(r, o) = static_cast<float>(sum);
+      }
+    }
+    return ga::Status::ok();
+  }
+};
+
+ga::Status failing_gemm(void*, const ga::LinearArgs<float>&) {
+  return ga::Status::error(ga::StatusCode::not_supported, "engine gemm: no kernel for this shape");
+}
+
+}  // namespace
+
+TEST_CASE("Block: an engine's GEMM hook replaces Eigen, and its errors are returned", "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::headwise, ga::QGateLayout::separate);
+  std::mt19937_64 rng = make_rng(1300);
+  const Model<float> m = make_model<float>(c, rng);
+  const std::int64_t batch = 1, len = 11, hid = c.hidden_size;
+  const std::vector<float> x = random_vector<float>(rng, batch * len * hid);
+  const Positions pos = positions_from(batch, len, 4);
+
+  LoopGemm gemm;
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights(), {&LoopGemm::run, &gemm});
+  Cache<float> ours(c, batch, 16), theirs(c, batch, 16);
+  std::vector<float> y;
+  REQUIRE(BlockRun{block, {}}.forward(x, batch, len, pos, ours.view(), y).is_ok());
+  CHECK(gemm.calls.load() >= 5);  // q, gate, k, v and o projections
+  CHECK(max_tolerance_ratio(y, reference_forward(m, x, batch, len, pos, theirs.view()), kAtol,
+                            kRtol) <= 1.0);
+
+  const ga::GatedMultiHeadAttention<float> failing(c, m.weights(), {&failing_gemm, nullptr});
+  Cache<float> cache(c, batch, 16);
+  const ga::Status s = BlockRun{failing, {}}.forward(x, batch, len, pos, cache.view(), y);
+  CHECK(s.code() == ga::StatusCode::not_supported);
+  CHECK(std::string(s.message()).find("engine gemm") != std::string::npos);
+}
+
+TEST_CASE("Block: validation and the workspace", "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  std::mt19937_64 rng = make_rng(1400);
+  const Model<float> m = make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
+  const std::int64_t batch = 2, len = 4, hid = c.hidden_size;
+  const std::vector<float> x = random_vector<float>(rng, batch * len * hid);
+  std::vector<float> y(x.size());
+  const Positions pos = positions_from(batch, len, 0);
+  Cache<float> cache(c, batch, 6);
+
+  ga::BlockForwardArgs<float> args;
+  args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid});
+  args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len});
+  args.cache = cache.view();
+  args.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+  REQUIRE(block.can_implement(args).is_ok());
+
+  auto message_of = [&](const ga::BlockForwardArgs<float>& a) {
+    const ga::Status s = block.can_implement(a);
+    CHECK(s.code() == ga::StatusCode::invalid_argument);
+    return std::string(s.message());
+  };
+  {
+    auto bad = args;
+    bad.x.extents[2] = hid - 1;
+    CHECK(message_of(bad) == "x: dim 2 (hidden): expected 96, got 95");
+  }
+  {
+    auto bad = args;
+    bad.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len + 1, hid});
+    CHECK(message_of(bad).rfind("y: dim 1 (length)", 0) == 0);
+  }
+  {
+    auto bad = args;
+    bad.cache.v.extents[3] = 8;
+    CHECK(message_of(bad).rfind("cache.v: dim 3 (dim)", 0) == 0);
+  }
+  {
+    auto bad = args;
+    bad.y = ga::TensorView<float, 3>(y.data() + 1, {batch, len, hid}, {len * hid, hid, 1});
+    bad.x = ga::TensorView<const float, 3>(y.data(), {batch, len, hid}, {len * hid, hid, 1});
+    CHECK(message_of(bad) == "y: overlaps x");
+  }
+  {
+    std::vector<std::int64_t> full = {3, 0};
+    auto bad = args;
+    bad.cache.lengths = full.data();
+    CHECK(message_of(bad).find("exceeds capacity 6") != std::string::npos);
+  }
+  {
+    auto bad = args;
+    bad.cache.v = bad.cache.k;
+    CHECK(message_of(bad) == "cache.k: overlaps cache.v");
+  }
+
+  // The workspace: too small is refused before anything is written.
+  for (const int workers : {1, 2}) {
+    ga::ThreadPool pool(workers);
+    Cache<float> fresh(c, batch, 6);
+    args.cache = fresh.view();
+    const std::size_t need = block.workspace_size(args, workers);
+    std::vector<std::byte> ws(need);
+    const ga::Status s = block.forward(args, ga::Workspace(ws.data(), need / 2), pool.executor());
+    CHECK(s.code() == ga::StatusCode::workspace_too_small);
+    CHECK(fresh.lengths == std::vector<std::int64_t>{0, 0});
+    CHECK(std::all_of(fresh.k.data.begin(), fresh.k.data.end(),
+                      [](float v) { return std::isnan(v); }));
+    REQUIRE(block.forward(args, ga::Workspace(ws.data(), need), pool.executor()).is_ok());
+    CHECK(fresh.lengths == std::vector<std::int64_t>{len, len});
+  }
+  args.cache = cache.view();
+
+  // The workspace depends on the capacity, not on the cached lengths.
+  cache.lengths = {2, 1};
+  const std::size_t with_prefix = block.workspace_size(args, 2);
+  cache.lengths = {0, 0};
+  CHECK(with_prefix == block.workspace_size(args, 2));
+
+  const ga::Status phase = block.run_phase(args, ga::Workspace(nullptr, 0),
+                                           ga::GatedMultiHeadAttention<float>::kNumPhases, 0, 1);
+  CHECK(phase.code() == ga::StatusCode::invalid_argument);
+}
