@@ -120,4 +120,25 @@ double max_tolerance_ratio(const A& a, const B& b, double atol, double rtol) {
   return worst;
 }
 
+// Tolerances of the kernels against the references, shared by the tests that check them.
+// ops/sdpa (derivation at the top of test_sdpa.cpp): per element |got - ref| <= atol + rtol |ref|
+// for values of magnitude ~1, the whole output's NMSE <= kSdpaMaxNmse, log-sum-exp within
+// kSdpaLseAtol. Logits up to about +-80 ("wide logits") widen atol and rtol by
+// kSdpaWideLogitsFactor (NMSE by its square).
+inline constexpr double kSdpaAtol = 1e-5;
+inline constexpr double kSdpaRtol = 1e-4;
+inline constexpr double kSdpaMaxNmse = 1e-10;
+inline constexpr double kSdpaLseAtol = 1e-4;
+inline constexpr double kSdpaWideLogitsFactor = 4.0;
+// Logits of +-1e4: the log-sum-exp is within f32 spacing of 1e4 plus the rounding of the sums.
+inline constexpr double kSdpaHugeLogitsLseRtol = 1e-5;
+// ops/output_gate (test_output_gate.cpp): the sigmoid's absolute error is <= 1e-7.
+inline constexpr double kGateAtol = 1e-6;
+inline constexpr double kGateRtol = 2e-6;
+// AttentionStats (test_sdpa_stats.cpp): sink share, and the gate mean over d.
+inline constexpr double kStatsShareAtol = 1e-6;
+inline constexpr double kStatsShareRtol = 1e-4;
+inline constexpr double kStatsGateMeanAtol = 1e-6;
+inline constexpr double kStatsGateMeanRtol = 1e-5;
+
 }  // namespace gated_attention::testing

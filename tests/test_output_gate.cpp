@@ -87,8 +87,9 @@ void check_gate(const std::array<std::int64_t, 5>& e, Variant variant,
     double worst = 0.0;
     for (std::int64_t i = offset; i < n + offset; ++i) {
       const double ref_value = expected[static_cast<std::size_t>(i)];
-      worst = std::max(worst, std::fabs(got[static_cast<std::size_t>(i)] - ref_value) /
-                                  (1e-6 + 2e-6 * std::fabs(ref_value)));
+      worst = std::max(
+          worst, std::fabs(got[static_cast<std::size_t>(i)] - ref_value) /
+                     (ga::testing::kGateAtol + ga::testing::kGateRtol * std::fabs(ref_value)));
     }
     CHECK(worst <= 1.0);
     if (!in_place && offset > 0) CHECK(out[0] == -7.0f);  // nothing written before the view

@@ -1,0 +1,894 @@
+// One SDPA test problem and its check on every ISA path, shared by test_sdpa.cpp and the
+// differential fuzzer (fuzz/sdpa_case.hpp). Nothing here depends on Catch, so the libFuzzer target
+// can use it: checks return what failed as text.
+//
+// A `Case` describes the problem: shape, mask, per-batch kv lengths, sinks, log-sum-exp, output
+// gate, statistics, each tensor's memory layout, pointer misalignment, threads and the regime of
+// the values. `Problem` builds it; check_every_path() runs reference::sdpa (double arithmetic on
+// the same float inputs) once and the kernels under every available ISA limit, and compares.
+//
+// Tolerance (support.hpp, derived in test_sdpa.cpp), per output element:
+//   |got - ref| <= f * (atol * m_v * max(1, |act|) + rtol * |ref|)
+// f = tol_scale (kSdpaWideLogitsFactor for logits up to ~+-80); m_v = 2^v_exponent, the scale of
+// V (scaling V by a power of two scales the attention output and its rounding exactly); |act| the
+// multiplicative gate's activation (it scales the attention output's error, SiLU up to 1e4). The
+// whole output's NMSE <= f^2 * kSdpaMaxNmse, checked when the output's RMS is at least
+// 100 * atol * m_v: below that the output is dominated by values near 0, where the per-element
+// atol governs. Log-sum-exp: |got - ref| <= kSdpaLseAtol + lse_rtol * |ref|. Statistics: sink
+// share and gate mean with support.hpp's tolerances (x f); max |out| before and after the gate with
+// the output's (it is one of the output's elements); the fraction of gates below 0.1 within one
+// element (a gate within float error of 0.1 may land on either side).
+//
+// Inputs are adversarial where the API allows: K/V rows past a batch entry's kv length and every
+// padding element of q/k/v hold NaN (a kernel that reads them poisons its output), optionally also
+// the K/V rows no query of the entry can see; output, lse and statistics padding hold a sentinel
+// that must survive (no stray writes).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support.hpp"
+
+namespace gated_attention::testing::sdpa {
+
+inline constexpr float kOutSentinel = 777.0f;
+inline constexpr float kLseSentinel = 555.0f;
+inline const float kNaN = std::numeric_limits<float>::quiet_NaN();
+inline const float kInf = std::numeric_limits<float>::infinity();
+
+enum class Layout {
+  bshd,      // contiguous [b, len, heads, d]
+  bhsd,      // [b, heads, len, d] in memory, addressed through strides
+  kv_cache,  // K/V: views into a larger cache (more rows, padded rows); q/out: contiguous
+  padded,    // K/V as in kv_cache; q/out rows with padded head and token strides
+};
+
+enum class GateKind {
+  none,
+  elementwise,
+  headwise,           // stride 0 over d
+  head_shared,        // stride 0 over kv heads and group
+  query_independent,  // stride 0 over batch and length
+  packed_with_q,      // elementwise, inside q's buffer: per head [q_h (dk) | gate_h (dv)]
+};
+enum class SinkKind { none, learned, plus_one, some_neg_inf, large };
+
+inline const char* to_string(Layout l) {
+  switch (l) {
+    case Layout::bshd:
+      return "bshd";
+    case Layout::bhsd:
+      return "bhsd";
+    case Layout::kv_cache:
+      return "kv_cache";
+    case Layout::padded:
+      return "padded";
+  }
+  return "?";
+}
+inline const char* to_string(GateKind g) {
+  switch (g) {
+    case GateKind::none:
+      return "none";
+    case GateKind::elementwise:
+      return "elementwise";
+    case GateKind::headwise:
+      return "headwise";
+    case GateKind::head_shared:
+      return "head_shared";
+    case GateKind::query_independent:
+      return "query_independent";
+    case GateKind::packed_with_q:
+      return "packed_with_q";
+  }
+  return "?";
+}
+inline const char* to_string(SinkKind s) {
+  switch (s) {
+    case SinkKind::none:
+      return "none";
+    case SinkKind::learned:
+      return "learned";
+    case SinkKind::plus_one:
+      return "softmax_plus_one";
+    case SinkKind::some_neg_inf:
+      return "learned, some -inf";
+    case SinkKind::large:
+      return "learned, large";
+  }
+  return "?";
+}
+
+struct Case {
+  std::string name;
+  std::uint64_t salt = 0;  // 0: derived from the name
+  std::int64_t batch = 1, q_len = 1, kv_len = 1, hq = 1, hkv = 1, dk = 64, dv = 64;
+  Mask mask = Mask::none();
+  std::vector<std::int64_t> kv_lens;  // empty: every entry has kv_len keys
+  SinkKind sinks = SinkKind::none;
+  bool lse = false;
+  GateKind gate = GateKind::none;
+  GateActivation activation = GateActivation::sigmoid;
+  GateCombine combine = GateCombine::multiply;
+  bool extreme_gate = false;  // pre-activations of +-1e4, +-100, +-88, ... instead of [-4, 4]
+  bool stats = false;         // all five AttentionStats views
+  std::int64_t n_sink = 1;
+  Layout q_layout = Layout::bshd, k_layout = Layout::bshd, v_layout = Layout::bshd,
+         out_layout = Layout::bshd;
+  int misalign = 0;  // floats added to every data pointer
+  int threads = 1;
+  bool run_phase = false;           // run_phase() for every (phase, ith) in turn instead of run()
+  std::size_t workspace_shift = 0;  // bytes the workspace starts past an allocation
+  float scale = 0.0f;               // 0: 1 / sqrt(dk)
+  double q_range = 1.0;             // q uniform in [-q_range, q_range]; k, v in [-1, 1]
+  double one_hot_logit = 0.0;       // > 0: each row's logit is this for one key, far below
+                                    // for the others (k = +-1, q = c * k_target)
+  int q_exponent = 0;               // q *= 2^e, k *= 2^-e: the same logits at other magnitudes
+  int v_exponent = 0;               // v *= 2^e (m_v in the tolerance)
+  bool denormals = false;           // about 1 in 8 of q, k, v replaced by denormal numbers
+  bool poison_invisible_keys = false;  // NaN in the K/V rows no query of the entry sees
+  bool check_standalone_gate = false;  // also ops/output_gate on the ungated reference output
+  double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
+  double tol_scale = 1.0;              // f in the tolerance
+  std::int64_t expect_min_splits = 1;  // the plan must split the keys at least this much
+
+  static Case make(std::string n, std::int64_t b, std::int64_t ql, std::int64_t kl,
+                   std::int64_t hq_, std::int64_t hkv_, std::int64_t dk_, std::int64_t dv_) {
+    Case c;
+    c.name = std::move(n);
+    c.batch = b;
+    c.q_len = ql;
+    c.kv_len = kl;
+    c.hq = hq_;
+    c.hkv = hkv_;
+    c.dk = dk_;
+    c.dv = dv_;
+    return c;
+  }
+  Case& with_mask(Mask m) {
+    mask = m;
+    return *this;
+  }
+  Case& causal() { return with_mask(Mask::causal()); }
+  Case& with_kv_lens(std::vector<std::int64_t> lens) {
+    kv_lens = std::move(lens);
+    return *this;
+  }
+  Case& with_sinks(SinkKind s) {
+    sinks = s;
+    return *this;
+  }
+  Case& with_lse() {
+    lse = true;
+    return *this;
+  }
+  Case& with_gate(GateKind g, GateActivation a = GateActivation::sigmoid,
+                  GateCombine c = GateCombine::multiply) {
+    gate = g;
+    activation = a;
+    combine = c;
+    return *this;
+  }
+  Case& with_layout(Layout l) {
+    q_layout = k_layout = v_layout = out_layout = l;
+    return *this;
+  }
+  Case& with_misaligned() {
+    misalign = 1;
+    return *this;
+  }
+  Case& with_threads(int t) {
+    threads = t;
+    return *this;
+  }
+  Case& with_scale(float s) {
+    scale = s;
+    return *this;
+  }
+  Case& with_splits(std::int64_t s) {
+    expect_min_splits = s;
+    return *this;
+  }
+  Case& with_stats(std::int64_t sink_keys) {
+    stats = true;
+    n_sink = sink_keys;
+    return *this;
+  }
+
+  std::int64_t group() const { return hkv > 0 ? hq / hkv : 0; }
+};
+
+// FNV-1a of the case name: each case draws its own stream from make_rng(salt), so
+// GATED_ATTENTION_TEST_SEED replays any single case.
+inline std::uint64_t salt_of(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+inline std::uint64_t salt_of(const Case& c) {
+  return c.salt != 0 ? c.salt : salt_of(c.name);
+}
+
+inline std::string describe(const Case& c) {
+  std::ostringstream os;
+  os << "'" << c.name << "': batch " << c.batch << " q_len " << c.q_len << " kv_len " << c.kv_len
+     << " hq " << c.hq << " hkv " << c.hkv << " dk " << c.dk << " dv " << c.dv << " mask ("
+     << c.mask.window_left << ", " << c.mask.window_right << ") kv_lens [";
+  for (std::size_t i = 0; i < c.kv_lens.size(); ++i) os << (i ? " " : "") << c.kv_lens[i];
+  os << "] sinks " << to_string(c.sinks) << " lse " << c.lse << " gate " << to_string(c.gate)
+     << (c.activation == GateActivation::silu ? "/silu" : "/sigmoid")
+     << (c.combine == GateCombine::add ? "/add" : "/multiply") << (c.extreme_gate ? "/extreme" : "")
+     << " stats " << c.stats << " n_sink " << c.n_sink << " layouts q " << to_string(c.q_layout)
+     << " k " << to_string(c.k_layout) << " v " << to_string(c.v_layout) << " out "
+     << to_string(c.out_layout) << " misalign " << c.misalign << " threads " << c.threads
+     << (c.run_phase ? " (run_phase)" : "") << " workspace shift " << c.workspace_shift << " scale "
+     << c.scale << " q_range " << c.q_range << " one_hot " << c.one_hot_logit << " q_exponent "
+     << c.q_exponent << " v_exponent " << c.v_exponent << " denormals " << c.denormals
+     << " poison_invisible " << c.poison_invisible_keys << " salt " << salt_of(c) << " (test seed "
+     << test_seed() << ")";
+  return os.str();
+}
+
+// A strided view over its own buffer; every buffer element the view does not address is padding.
+template <int Rank>
+struct Owned {
+  std::vector<float> storage;
+  TensorView<float, Rank> view;
+
+  Owned() = default;
+  Owned(const std::array<std::int64_t, Rank>& extents,
+        const std::array<std::int64_t, Rank>& strides, int misalign, float pad) {
+    const auto offset = static_cast<std::size_t>(misalign);
+    const std::int64_t span = TensorView<float, Rank>(nullptr, extents, strides).span();
+    storage.assign(offset + static_cast<std::size_t>(std::max<std::int64_t>(span, 1)) + 2, pad);
+    view = TensorView<float, Rank>(storage.data() + offset, extents, strides);
+  }
+
+  // Whether each buffer element is addressed by the view.
+  std::vector<bool> addressed() const {
+    std::vector<bool> in(storage.size(), false);
+    for_each_index(view.extents, [&](const auto& idx) {
+      in[static_cast<std::size_t>(&view[idx] - storage.data())] = true;
+    });
+    return in;
+  }
+};
+
+// [b, len, heads, d] in `layout`. `kv` selects the K/V flavour of the padded layouts.
+inline Owned<4> make_tensor(const std::array<std::int64_t, 4>& e, Layout layout, bool kv,
+                            int misalign, float pad) {
+  const std::int64_t len = e[1], h = e[2], d = e[3];
+  std::array<std::int64_t, 4> s{};
+  if (layout == Layout::bhsd) {
+    s = {h * len * d, d, len * d, 1};
+  } else if (kv && (layout == Layout::kv_cache || layout == Layout::padded)) {
+    const std::int64_t capacity = len + 9, pitch = d + 7;  // cache rows beyond len, row padding
+    s = {capacity * h * pitch, h * pitch, pitch, 1};
+  } else if (!kv && layout == Layout::padded) {
+    const std::int64_t pitch = d + 3, token = h * pitch + 5;
+    s = {len * token + 11, token, pitch, 1};
+  } else {
+    s = {len * h * d, h * d, d, 1};
+  }
+  return Owned<4>(e, s, misalign, pad);
+}
+
+inline double activation_of(const Case& c, double g) {
+  return reference::gate_activation(c.activation, g);
+}
+
+// The statistics views, in AttentionStats order.
+inline constexpr int kNumStats = 5;
+inline constexpr std::array<const char*, kNumStats> kStatNames = {
+    "sink_share", "gate_mean", "gate_below_0_1", "max_abs_before", "max_abs_after"};
+
+inline std::array<TensorView<float, 4>*, kNumStats> stat_views(AttentionStats& st) {
+  return {&st.sink_share, &st.gate_mean, &st.gate_below_0_1, &st.max_abs_before, &st.max_abs_after};
+}
+
+// One problem: inputs, the kernel's outputs and the reference's.
+struct Problem {
+  Case c;
+  std::uint64_t salt;
+  Owned<4> q, k, v, out;
+  Owned<5> gate;  // for packed_with_q: no storage, the view points into q's
+  Owned<4> lse;
+  std::array<Owned<4>, kNumStats> stats;
+  std::vector<float> sinks;
+  std::vector<std::int64_t> kv_lens;
+  std::vector<bool> out_addressed, lse_addressed;
+  std::array<std::vector<bool>, kNumStats> stats_addressed;
+  Tensor<float, 4> ref_out;
+  Tensor<float, 4> ref_lse;
+  std::array<Tensor<float, 4>, kNumStats> ref_stats;
+
+  explicit Problem(const Case& c_)
+      : c(c_),
+        salt(salt_of(c_)),
+        ref_out({c_.batch, c_.q_len, c_.hq, c_.dv}),
+        ref_lse({c_.batch, c_.q_len, c_.hkv, c_.group()}),
+        ref_stats{stats_tensor(c_), stats_tensor(c_), stats_tensor(c_), stats_tensor(c_),
+                  stats_tensor(c_)} {
+    auto rng = make_rng(salt);
+    std::uniform_real_distribution<double> unit(-1.0, 1.0);
+    const std::int64_t g = c.group();
+    if (c.gate == GateKind::packed_with_q) {
+      // Qwen3-Next's q_proj output: per head [q_h | gate_h], q viewed inside it.
+      const std::int64_t pitch = c.dk + c.dv;
+      q = Owned<4>({c.batch, c.q_len, c.hq, c.dk}, {c.q_len * c.hq * pitch, c.hq * pitch, pitch, 1},
+                   c.misalign, kNaN);
+    } else {
+      q = make_tensor({c.batch, c.q_len, c.hq, c.dk}, c.q_layout, false, c.misalign, kNaN);
+    }
+    k = make_tensor({c.batch, c.kv_len, c.hkv, c.dk}, c.k_layout, true, c.misalign, kNaN);
+    v = make_tensor({c.batch, c.kv_len, c.hkv, c.dv}, c.v_layout, true, c.misalign, kNaN);
+    out =
+        make_tensor({c.batch, c.q_len, c.hq, c.dv}, c.out_layout, false, c.misalign, kOutSentinel);
+    out_addressed = out.addressed();
+
+    if (c.one_hot_logit > 0.0) {
+      std::bernoulli_distribution coin(0.5);
+      for_each_index(k.view.extents, [&](const auto& i) { k.view[i] = coin(rng) ? 1.0f : -1.0f; });
+    } else {
+      for_each_index(k.view.extents,
+                     [&](const auto& i) { k.view[i] = static_cast<float>(unit(rng)); });
+    }
+    for_each_index(v.view.extents,
+                   [&](const auto& i) { v.view[i] = static_cast<float>(unit(rng)); });
+    for_each_index(q.view.extents,
+                   [&](const auto& i) { q.view[i] = static_cast<float>(c.q_range * unit(rng)); });
+    kv_lens = c.kv_lens;
+    if (c.one_hot_logit > 0.0) make_one_hot(rng);
+    scale_values(rng);
+    // Keys past an entry's kv length (and, optionally, keys no query sees) are garbage a kernel
+    // must not read.
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      const std::int64_t valid = valid_keys(b);
+      std::int64_t first = valid, last = -1;  // the keys some query of the entry sees
+      if (c.poison_invisible_keys) {
+        for (std::int64_t i = 0; i < c.q_len; ++i) {
+          const auto [lo, hi] = visible(b, i);
+          if (lo <= hi) {
+            first = std::min(first, lo);
+            last = std::max(last, hi);
+          }
+        }
+      } else {
+        first = 0;
+        last = valid - 1;
+      }
+      for (std::int64_t j = 0; j < c.kv_len; ++j) {
+        if (j >= first && j <= last) continue;
+        for (std::int64_t h = 0; h < c.hkv; ++h) {
+          for (std::int64_t d = 0; d < c.dk; ++d) k.view(b, j, h, d) = kNaN;
+          for (std::int64_t d = 0; d < c.dv; ++d) v.view(b, j, h, d) = kNaN;
+        }
+      }
+    }
+
+    if (c.sinks == SinkKind::learned || c.sinks == SinkKind::some_neg_inf ||
+        c.sinks == SinkKind::large) {
+      const double range = c.sinks == SinkKind::large ? 60.0 : 2.0;
+      std::uniform_real_distribution<double> s(-range, range);
+      sinks.resize(static_cast<std::size_t>(c.hq));
+      for (auto& x : sinks) x = static_cast<float>(s(rng));
+      if (c.sinks == SinkKind::some_neg_inf) {
+        for (std::size_t h = 0; h < sinks.size(); h += 2) sinks[h] = -kInf;
+      }
+    }
+    make_gate(rng);  // last: the same case without a gate draws the same values
+    if (c.lse) {
+      lse = Owned<4>({c.batch, c.q_len, c.hkv, g}, {c.q_len * c.hq, c.hq, g, 1}, c.misalign,
+                     kLseSentinel);
+      lse_addressed = lse.addressed();
+    }
+    if (c.stats) {
+      for (int s = 0; s < kNumStats; ++s) {
+        // Row pitch hq + 1: padding between rows to catch stray writes.
+        stats[s] = Owned<4>({c.batch, c.q_len, c.hkv, g}, {c.q_len * (c.hq + 1), c.hq + 1, g, 1},
+                            c.misalign, kOutSentinel);
+        stats_addressed[s] = stats[s].addressed();
+      }
+    }
+  }
+
+  static Tensor<float, 4> stats_tensor(const Case& c) {
+    return Tensor<float, 4>({c.stats ? c.batch : 0, c.q_len, c.hkv, c.group()});
+  }
+
+  std::int64_t valid_keys(std::int64_t b) const {
+    return kv_lens.empty() ? c.kv_len : kv_lens[static_cast<std::size_t>(b)];
+  }
+
+  // Visible keys [lo, hi] of query i of entry b (lo > hi: none), by the mask's definition.
+  std::pair<std::int64_t, std::int64_t> visible(std::int64_t b, std::int64_t i) const {
+    const std::int64_t valid = valid_keys(b);
+    const std::int64_t pos = i + valid - c.q_len;
+    std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1;
+    for (std::int64_t j = 0; j < valid; ++j) {
+      if (c.mask.allows(pos, j)) {
+        lo = std::min(lo, j);
+        hi = std::max(hi, j);
+      }
+    }
+    return {lo, hi};
+  }
+
+  // Rows alternate between a +L one-hot logit and a -L one (every key carries a bias dimension
+  // k[0] = 1 and q[0] = -2L shifts all logits by -2L), so logits span about [-3L, L].
+  void make_one_hot(std::mt19937_64& rng) {
+    const double big = c.one_hot_logit;
+    const std::int64_t g = c.group();
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      for (std::int64_t j = 0; j < c.kv_len; ++j) {
+        for (std::int64_t h = 0; h < c.hkv; ++h) k.view(b, j, h, 0) = 1.0f;
+      }
+    }
+    const double per_dim = big / static_cast<double>(c.dk - 1);
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      for (std::int64_t i = 0; i < c.q_len; ++i) {
+        const auto [lo, hi] = visible(b, i);
+        if (lo > hi) continue;
+        std::uniform_int_distribution<std::int64_t> pick(lo, hi);
+        for (std::int64_t h = 0; h < c.hq; ++h) {
+          const std::int64_t target = pick(rng);
+          const bool negative = (i + h) % 2 == 1;
+          q.view(b, i, h, 0) = negative ? static_cast<float>(-2.0 * big) : 0.0f;
+          for (std::int64_t d = 1; d < c.dk; ++d) {
+            q.view(b, i, h, d) = static_cast<float>(per_dim * k.view(b, target, h / g, d));
+          }
+        }
+      }
+    }
+  }
+
+  // Powers of two (exact: the logits do not change) and denormal numbers.
+  void scale_values(std::mt19937_64& rng) {
+    if (c.q_exponent != 0) {
+      for_each_index(q.view.extents,
+                     [&](const auto& i) { q.view[i] = std::ldexp(q.view[i], c.q_exponent); });
+      for_each_index(k.view.extents,
+                     [&](const auto& i) { k.view[i] = std::ldexp(k.view[i], -c.q_exponent); });
+    }
+    if (c.v_exponent != 0) {
+      for_each_index(v.view.extents,
+                     [&](const auto& i) { v.view[i] = std::ldexp(v.view[i], c.v_exponent); });
+    }
+    if (c.denormals) {
+      std::uniform_int_distribution<int> one_in_eight(0, 7);
+      std::uniform_real_distribution<double> unit(-1.0, 1.0);
+      const auto denormal = [&] {
+        return static_cast<float>(unit(rng) * std::numeric_limits<float>::min());
+      };
+      for (Owned<4>* t : {&q, &k, &v}) {
+        for_each_index(t->view.extents, [&](const auto& i) {
+          if (one_in_eight(rng) == 0) t->view[i] = denormal();
+        });
+      }
+    }
+  }
+
+  void make_gate(std::mt19937_64& rng) {
+    const std::int64_t g = c.group();
+    const std::array<std::int64_t, 5> e = {c.batch, c.q_len, c.hkv, g, c.dv};
+    switch (c.gate) {
+      case GateKind::none:
+        return;
+      case GateKind::elementwise:
+        gate =
+            Owned<5>(e, {c.q_len * c.hq * c.dv, c.hq * c.dv, g * c.dv, c.dv, 1}, c.misalign, kNaN);
+        break;
+      case GateKind::headwise:
+        gate = Owned<5>(e, {c.q_len * c.hq, c.hq, g, 1, 0}, c.misalign, kNaN);
+        break;
+      case GateKind::head_shared:
+        gate = Owned<5>(e, {c.q_len * c.dv, c.dv, 0, 0, 1}, c.misalign, kNaN);
+        break;
+      case GateKind::query_independent:
+        gate = Owned<5>(e, {0, 0, g * c.dv, c.dv, 1}, c.misalign, kNaN);
+        break;
+      case GateKind::packed_with_q: {
+        const std::int64_t pitch = c.dk + c.dv;
+        gate.view = TensorView<float, 5>(
+            q.view.data + c.dk, e, {c.q_len * c.hq * pitch, c.hq * pitch, g * pitch, pitch, 1});
+        break;
+      }
+    }
+    std::uniform_real_distribution<double> wide(-4.0, 4.0);
+    std::uniform_int_distribution<int> kind(0, 5);
+    for_each_index(gate.view.extents, [&](const auto& i) {
+      double x = wide(rng);
+      if (c.extreme_gate) {
+        const double sign = x < 0 ? -1.0 : 1.0;
+        switch (kind(rng)) {
+          case 0:
+            x = sign * 1e4;
+            break;
+          case 1:
+            x = sign * 100.0;
+            break;
+          case 2:
+            x = sign * 88.0;
+            break;
+          case 3:
+            x = sign * 87.3;
+            break;
+          case 4:
+            x *= 8.0;
+            break;
+          default:
+            break;
+        }
+      }
+      gate.view[i] = static_cast<float>(x);
+    });
+  }
+
+  SdpaArgs<float> args() const {
+    SdpaArgs<float> a;
+    a.q = split_heads(TensorView<const float, 4>(q.view), c.hkv);
+    a.k = k.view;
+    a.v = v.view;
+    a.out = split_heads(out.view, c.hkv);
+    a.scale = c.scale;
+    a.mask = c.mask;
+    a.maybe_kv_lens = kv_lens.empty() ? nullptr : kv_lens.data();
+    a.maybe_sink_logits = sinks.empty() ? nullptr : sinks.data();
+    a.softmax_plus_one = c.sinks == SinkKind::plus_one;
+    if (c.lse) a.maybe_lse = lse.view;
+    if (c.gate != GateKind::none) {
+      a.gate.values = gate.view;
+      a.gate.activation = c.activation;
+      a.gate.combine = c.combine;
+    }
+    if (c.stats) {
+      a.stats.n_sink = c.n_sink;
+      const auto views = stat_views(a.stats);
+      for (int s = 0; s < kNumStats; ++s) *views[s] = stats[s].view;
+    }
+    return a;
+  }
+
+  Status run_reference() {
+    SdpaArgs<float> a = args();
+    a.out = split_heads(ref_out.view(), c.hkv);
+    a.maybe_lse = ref_lse.view();
+    if (c.stats) {
+      const auto views = stat_views(a.stats);
+      for (int s = 0; s < kNumStats; ++s) *views[s] = ref_stats[s].view();
+    }
+    return reference::sdpa(a);
+  }
+
+  void reset_outputs() {
+    std::fill(out.storage.begin(), out.storage.end(), kOutSentinel);
+    std::fill(lse.storage.begin(), lse.storage.end(), kLseSentinel);
+    for (auto& s : stats) std::fill(s.storage.begin(), s.storage.end(), kOutSentinel);
+  }
+
+  // The output gate's activation for output element (b, i, head h, d); 1 without a gate.
+  double activation(std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d) const {
+    if (c.gate == GateKind::none) return 1.0;
+    const std::int64_t g = c.group();
+    return activation_of(c, gate.view(b, i, h / g, h % g, d));
+  }
+};
+
+struct Comparison {
+  double worst_ratio = 0.0;  // max |got - ref| / tolerance
+  std::string worst_at;
+  double nmse = 0.0;
+  bool nmse_checked = false;        // the output's RMS is large enough (see the top)
+  std::int64_t non_finite = 0;      // NaN/Inf outputs where the reference is finite
+  std::int64_t masked_nonzero = 0;  // rows without keys (no additive gate) that are not exactly 0
+  std::int64_t stray_writes = 0;    // padding of out/lse/statistics that changed
+  double lse_worst = 0.0;           // max |lse - ref| / (lse_atol + lse_rtol |ref|)
+  std::string lse_worst_at;
+  std::int64_t lse_unwritten = 0;
+  double stats_worst = 0.0;  // max over the statistics of |got - ref| / tolerance
+  std::string stats_worst_at;
+};
+
+// Tracks the worst ratio and where it occurred.
+inline void note_worst(double ratio, double* worst, std::string* at, const char* what,
+                       std::int64_t b, std::int64_t i, std::int64_t h, double got, double ref) {
+  if (!(ratio <= *worst)) {  // NaN ratios are recorded too
+    *worst = std::isnan(ratio) ? INFINITY : ratio;
+    std::ostringstream os;
+    os << what << "(" << b << ", " << i << ", head " << h << ") = " << got << ", reference " << ref;
+    *at = os.str();
+  }
+}
+
+inline Comparison compare(const Problem& p) {
+  const Case& c = p.c;
+  Comparison r;
+  const std::int64_t g = c.group();
+  const double m_v = std::ldexp(1.0, c.v_exponent);
+  const double atol = kSdpaAtol * m_v;
+  double diff2 = 0.0, ref2 = 0.0;
+  std::int64_t compared = 0;
+  const bool multiply = c.combine == GateCombine::multiply;
+  const bool zero_when_masked = c.gate == GateKind::none || multiply;
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    for (std::int64_t i = 0; i < c.q_len; ++i) {
+      const auto [lo, hi] = p.visible(b, i);
+      const bool masked = lo > hi;
+      for (std::int64_t h = 0; h < c.hq; ++h) {
+        double max_gain = 1.0;  // max(1, |act|) over the row
+        for (std::int64_t d = 0; d < c.dv; ++d) {
+          const double got = p.out.view(b, i, h, d);
+          const double ref = p.ref_out.cview()(b, i, h, d);
+          const double gain = multiply ? std::max(1.0, std::fabs(p.activation(b, i, h, d))) : 1.0;
+          max_gain = std::max(max_gain, gain);
+          if (!std::isfinite(got)) {
+            if (std::isfinite(ref)) ++r.non_finite;
+            continue;
+          }
+          if (masked && zero_when_masked && got != 0.0) ++r.masked_nonzero;
+          const double ratio =
+              std::fabs(got - ref) / (c.tol_scale * (atol * gain + kSdpaRtol * std::fabs(ref)));
+          if (ratio > r.worst_ratio) {
+            r.worst_ratio = ratio;
+            std::ostringstream os;
+            os << "out(" << b << ", " << i << ", head " << h << ", " << d << ") = " << got
+               << ", reference " << ref;
+            r.worst_at = os.str();
+          }
+          diff2 += (got - ref) * (got - ref);
+          ref2 += ref * ref;
+          ++compared;
+        }
+        const std::int64_t kv = h / g, j = h % g;
+        if (c.lse) {
+          const double got = p.lse.view(b, i, kv, j);
+          const double ref = p.ref_lse.cview()(b, i, kv, j);
+          if (got == static_cast<double>(kLseSentinel)) ++r.lse_unwritten;
+          double ratio = 0.0;
+          if (std::isinf(ref) || std::isinf(got) || std::isnan(got)) {
+            ratio = got == ref ? 0.0 : INFINITY;
+          } else {
+            ratio = std::fabs(got - ref) / (kSdpaLseAtol + c.lse_rtol * std::fabs(ref));
+          }
+          note_worst(ratio, &r.lse_worst, &r.lse_worst_at, "lse", b, i, h, got, ref);
+        }
+        if (c.stats) {
+          const auto stat = [&](int s) {
+            return std::pair<double, double>(p.stats[s].view(b, i, kv, j),
+                                             p.ref_stats[s].cview()(b, i, kv, j));
+          };
+          const auto check = [&](int s, double tol_abs, double tol_rel) {
+            const auto [got, ref] = stat(s);
+            const double ratio = std::fabs(got - ref) / (tol_abs + tol_rel * std::fabs(ref));
+            note_worst(ratio, &r.stats_worst, &r.stats_worst_at, kStatNames[s], b, i, h, got, ref);
+          };
+          const double f = c.tol_scale;
+          check(0, f * kStatsShareAtol, f * kStatsShareRtol);
+          check(1, kStatsGateMeanAtol, kStatsGateMeanRtol);
+          check(2, 1.01 / static_cast<double>(c.dv), 0.0);
+          check(3, f * atol, f * kSdpaRtol);
+          check(4, f * atol * max_gain, f * kSdpaRtol);
+        }
+      }
+    }
+  }
+  const double rms_floor = 100.0 * atol;
+  r.nmse_checked = compared > 0 && ref2 >= static_cast<double>(compared) * rms_floor * rms_floor;
+  r.nmse = ref2 > 0.0 ? diff2 / ref2 : (diff2 == 0.0 ? 0.0 : INFINITY);
+  const auto count_stray = [&](const std::vector<float>& storage, const std::vector<bool>& in,
+                               float sentinel) {
+    for (std::size_t i = 0; i < storage.size(); ++i) {
+      if (!in[i] && !(storage[i] == sentinel)) ++r.stray_writes;
+    }
+  };
+  count_stray(p.out.storage, p.out_addressed, kOutSentinel);
+  count_stray(p.lse.storage, p.lse_addressed, kLseSentinel);
+  for (int s = 0; s < kNumStats; ++s) {
+    count_stray(p.stats[s].storage, p.stats_addressed[s], kOutSentinel);
+  }
+  return r;
+}
+
+// What is wrong in a comparison; empty when it passes.
+inline std::string failures(const Problem& p, const Comparison& r) {
+  std::ostringstream os;
+  if (r.non_finite != 0)
+    os << r.non_finite << " non-finite outputs where the reference is finite; ";
+  if (r.masked_nonzero != 0) os << r.masked_nonzero << " outputs of rows without keys not 0; ";
+  if (r.stray_writes != 0) os << r.stray_writes << " writes outside the output views; ";
+  if (!(r.worst_ratio <= 1.0)) {
+    os << "worst element " << r.worst_at << " (" << r.worst_ratio << " x tolerance); ";
+  }
+  const double max_nmse = kSdpaMaxNmse * p.c.tol_scale * p.c.tol_scale;
+  if (r.nmse_checked && !(r.nmse <= max_nmse)) {
+    os << "NMSE " << r.nmse << " > " << max_nmse << "; ";
+  }
+  if (p.c.lse) {
+    if (r.lse_unwritten != 0) os << r.lse_unwritten << " lse entries not written; ";
+    if (!(r.lse_worst <= 1.0)) {
+      os << "worst lse " << r.lse_worst_at << " (" << r.lse_worst << " x tolerance); ";
+    }
+  }
+  if (p.c.stats && !(r.stats_worst <= 1.0)) {
+    os << "worst statistic " << r.stats_worst_at << " (" << r.stats_worst << " x tolerance); ";
+  }
+  return os.str();
+}
+
+// Largest |scale * q.k| over the visible (query, key) pairs.
+inline double max_abs_logit(const Problem& p) {
+  const Case& c = p.c;
+  const double scale = c.scale != 0.0f ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.dk));
+  const std::int64_t g = c.group();
+  double reach = 0.0;
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    for (std::int64_t i = 0; i < c.q_len; ++i) {
+      const auto [lo, hi] = p.visible(b, i);
+      for (std::int64_t h = 0; h < c.hq; ++h) {
+        for (std::int64_t j = lo; j <= hi; ++j) {
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < c.dk; ++d) {
+            dot += static_cast<double>(p.q.view(b, i, h, d)) * p.k.view(b, j, h / g, d);
+          }
+          reach = std::max(reach, std::fabs(scale * dot));
+        }
+      }
+    }
+  }
+  return reach;
+}
+
+// Restores the default path however the caller's scope ends.
+struct IsaLimitGuard {
+  IsaLimitGuard() = default;
+  IsaLimitGuard(const IsaLimitGuard&) = delete;
+  IsaLimitGuard& operator=(const IsaLimitGuard&) = delete;
+  ~IsaLimitGuard() { clear_isa_limit(); }
+};
+
+// A thread pool of n workers kept for the whole program (starting threads per case would
+// dominate small cases).
+inline ThreadPool& shared_pool(int n) {
+  static std::vector<std::unique_ptr<ThreadPool>> pools(9);
+  auto& pool = pools.at(static_cast<std::size_t>(n));
+  if (!pool) pool = std::make_unique<ThreadPool>(n);
+  return *pool;
+}
+
+// Runs the kernels once under the current ISA limit, by run() or by run_phase() for every phase
+// and worker in turn (as an engine's workers would, with a barrier between phases).
+inline Status run_kernels(const Case& c, const SdpaArgs<float>& args,
+                          std::vector<std::byte>& workspace) {
+  const Executor executor = c.threads > 1 ? shared_pool(c.threads).executor() : Executor{};
+  const Workspace ws(workspace.data() + c.workspace_shift, workspace.size() - c.workspace_shift);
+  if (!c.run_phase) return run(args, ws, executor);
+  const int nth = std::max(1, c.threads);
+  for (int phase = 0; phase < num_phases(args, nth); ++phase) {
+    for (int ith = 0; ith < nth; ++ith) {
+      GATED_ATTENTION_RETURN_IF_ERROR(run_phase(args, ws, phase, ith, nth));
+    }
+  }
+  return Status::ok();
+}
+
+// ops/output_gate on the ungated reference attention output of `p`, in place or not, against
+// reference::output_gate. Tolerance: kGateAtol * |attn| (the sigmoid's absolute error scales
+// with the attention value it multiplies; 1 for the additive combine) + kGateRtol * |ref|, plus
+// the spacing of denormal numbers.
+inline std::string check_standalone_gate(const Problem& p, bool in_place) {
+  const Case& c = p.c;
+  if (c.gate == GateKind::none) return "";
+  Case ungated = c;
+  ungated.gate = GateKind::none;
+  ungated.stats = false;
+  Problem plain(ungated);  // the same salt: the same q, k, v
+  if (const Status s = plain.run_reference(); !s.is_ok()) {
+    return std::string("reference without the gate: ") + s.message();
+  }
+  OutputGateArgs<float> args;
+  args.attn = split_heads(plain.ref_out.cview(), c.hkv);
+  args.gate.values = p.gate.view;
+  args.gate.activation = c.activation;
+  args.gate.combine = c.combine;
+  Tensor<float, 4> expected(plain.ref_out.extents);
+  args.out = split_heads(expected.view(), c.hkv);
+  if (const Status s = reference::output_gate(args); !s.is_ok()) {
+    return std::string("reference::output_gate: ") + s.message();
+  }
+  IsaLimitGuard guard;
+  for (Isa isa : available_isas()) {
+    set_isa_limit(isa);
+    Tensor<float, 4> got = plain.ref_out;
+    OutputGateArgs<float> a = args;
+    if (in_place) {
+      a.attn = split_heads(got.cview(), c.hkv);
+    }
+    a.out = split_heads(got.view(), c.hkv);
+    if (!in_place) std::fill(got.data.begin(), got.data.end(), kOutSentinel);
+    const Executor executor = c.threads > 1 ? shared_pool(c.threads).executor() : Executor{};
+    const Status s = run(a, Workspace(nullptr, 0), executor);
+    if (!s.is_ok()) {
+      return std::string("output_gate on ") + to_string(isa) + " failed: " + s.message();
+    }
+    for (std::size_t e = 0; e < got.data.size(); ++e) {
+      const double attn = plain.ref_out.data[e], ref = expected.data[e], x = got.data[e];
+      const double tol = kGateAtol * (c.combine == GateCombine::multiply ? std::fabs(attn) : 1.0) +
+                         kGateRtol * std::fabs(ref) + std::numeric_limits<float>::denorm_min();
+      if (!(std::fabs(x - ref) <= tol)) {
+        std::ostringstream os;
+        os << "output_gate on " << to_string(isa) << (in_place ? " (in place)" : "") << ": element "
+           << e << " = " << x << ", reference " << ref << " (attn " << attn << ")";
+        return os.str();
+      }
+    }
+  }
+  return "";
+}
+
+struct PathCheck {
+  std::string failure;             // empty: every path agrees with the reference
+  std::vector<float> last_output;  // the output of the last path, in index order
+};
+
+// Builds `c`, runs the reference once and the kernels on every available path, and compares.
+inline PathCheck check_every_path(const Case& c) {
+  PathCheck result;
+  const auto fail = [&](const std::string& what) {
+    result.failure = what + "\n  case " + describe(c);
+    return result;
+  };
+  Problem p(c);
+  const SdpaArgs<float> args = p.args();
+  if (const Status s = can_implement(args); !s.is_ok()) {
+    return fail(std::string("can_implement: ") + s.message());
+  }
+  if (const Status s = p.run_reference(); !s.is_ok()) {
+    return fail(std::string("reference::sdpa: ") + s.message());
+  }
+  const int workers = std::max(1, c.threads);
+  const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, workers);
+  std::ostringstream plan_text;
+  plan_text << " (plan: q_block " << plan.q_block << " rows " << plan.rows << " unit_heads "
+            << plan.unit_heads << " units " << plan.units << " splits " << plan.splits << " tasks "
+            << plan.tasks << ")";
+  if (plan.splits < c.expect_min_splits) {
+    return fail("the plan splits the keys less than expected" + plan_text.str());
+  }
+  std::vector<std::byte> workspace(workspace_size(args, workers) + c.workspace_shift);
+
+  IsaLimitGuard guard;
+  for (Isa isa : available_isas()) {
+    set_isa_limit(isa);
+    const std::string where = std::string("path ") + to_string(isa) + plan_text.str() + ": ";
+    if (active_isa() != isa || std::string(sdpa_path()) != to_string(isa)) {
+      return fail(where + "set_isa_limit did not select the path");
+    }
+    p.reset_outputs();
+    const Status s = run_kernels(c, args, workspace);
+    if (!s.is_ok())
+      return fail(where + "run() failed after can_implement() passed: " + s.message());
+    const std::string wrong = failures(p, compare(p));
+    if (!wrong.empty()) return fail(where + wrong);
+  }
+  if (c.check_standalone_gate) {
+    const std::string wrong = check_standalone_gate(p, (salt_of(c) & 1) != 0);
+    if (!wrong.empty()) return fail(wrong);
+  }
+  for_each_index(p.out.view.extents,
+                 [&](const auto& i) { result.last_output.push_back(p.out.view[i]); });
+  return result;
+}
+
+}  // namespace gated_attention::testing::sdpa
