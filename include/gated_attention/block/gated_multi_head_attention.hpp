@@ -80,8 +80,9 @@ class GatedMultiHeadAttention {
   }
 
   // Bytes of workspace for calls with these shapes (x, y and the cache's capacity), any cached
-  // lengths.
+  // lengths; 0 for arguments can_implement() rejects (forward() then reports why).
   std::size_t workspace_size(const BlockForwardArgs<T>& args, int num_workers) const {
+    if (!can_implement(args).is_ok()) return 0;
     Workspace counting = Workspace::counting();
     carve(counting, args, num_workers);
     return counting.bytes_needed();
@@ -187,8 +188,9 @@ class GatedMultiHeadAttention {
     b.v_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
     b.attn = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
     b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.x.extents[0]));
-    b.sdpa_bytes = gated_attention::workspace_size(attention_args(args, b, args.cache.k.extents[1]),
-                                                   num_workers);
+    // Planned from shapes only (the views may still be null here, in counting mode).
+    b.sdpa_bytes = kernels::sdpa_workspace_bytes(
+        kernels::make_sdpa_plan(attention_args(args, b, args.cache.k.extents[1]), num_workers));
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
     b.complete = !ws.is_counting() && !ws.exhausted();
     if (out != nullptr) *out = b;

@@ -1,0 +1,127 @@
+// block/<gate>/f32/<shape>/threads:<n>: GatedMultiHeadAttention::forward on the named shapes with
+// the model's hidden size: Qwen3-Next's layout (q and the gate packed per head in q_proj,
+// zero-centred QK RMSNorm, RoPE on a quarter of each head), projections through Eigen. Prefill
+// shapes start from an empty cache; the chunk and decode shapes append q_len tokens after
+// kv_len - q_len cached ones (the cache is reset to that length before every call).
+// Counters: flops (projection FLOPs + useful attention FLOPs per second) and bytes_per_second
+// (weight bytes + K/V bytes read per second, the decode bound). The gated/ungated difference minus
+// the sdpa/<gate> - sdpa/none difference is the cost of the extra gate projection.
+#include <benchmark/benchmark.h>
+#include <gated_attention/gated_attention.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sdpa_case.hpp"
+#include "shapes.hpp"
+
+namespace ga = gated_attention;
+using ga::bench::AttentionShape;
+using ga::bench::Gate;
+
+namespace {
+
+ga::BlockConfig block_config(const AttentionShape& s, Gate gate) {
+  ga::BlockConfig c;
+  c.hidden_size = s.hidden;
+  c.num_q_heads = s.q_heads;
+  c.num_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.gate_mode = gate == Gate::none       ? ga::GateMode::none
+                : gate == Gate::headwise ? ga::GateMode::headwise
+                                         : ga::GateMode::elementwise;
+  c.q_gate_layout = ga::QGateLayout::qwen3_next;
+  c.qk_norm = ga::QkNorm::zero_centered_rms;
+  c.rotary_dim = ga::rotary_dim_for(s.head_dim, 0.25);
+  return c;
+}
+
+void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+  const ga::BlockConfig c = block_config(s, gate);
+  const std::int64_t hid = c.hidden_size, b = s.batch, prefix = s.kv_len - s.q_len;
+  // Weights scaled so that activations stay O(1).
+  auto weight = [&](std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+    std::vector<float> w = ga::bench::random_buffer(static_cast<std::size_t>(rows * cols), seed);
+    for (float& x : w) x *= 0.05f;
+    return w;
+  };
+  const auto wq = weight(c.q_proj_rows(), hid, 11), wk = weight(c.kv_width(), hid, 12);
+  const auto wv = weight(c.kv_width(), hid, 13), wo = weight(hid, c.q_width(), 14);
+  const std::vector<float> norm(static_cast<std::size_t>(c.head_dim), 0.1f);
+  ga::BlockWeights<float> w;
+  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
+  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
+  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
+  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
+  w.maybe_q_norm = w.maybe_k_norm = norm.data();
+  const ga::GatedMultiHeadAttention<float> block(c, w);
+
+  const std::array<std::int64_t, 4> cache_extents = {b, s.kv_len, c.num_kv_heads, c.head_dim};
+  const auto cache_elements = static_cast<std::size_t>(b * s.kv_len * c.kv_width());
+  std::vector<float> k_cache = ga::bench::random_buffer(cache_elements, 15);
+  std::vector<float> v_cache = ga::bench::random_buffer(cache_elements, 16);
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(b), prefix);
+  const auto x = ga::bench::random_buffer(static_cast<std::size_t>(b * s.q_len * hid), 17);
+  std::vector<float> y(x.size());
+  std::vector<std::int64_t> positions;
+  for (std::int64_t i = 0; i < b; ++i) {
+    for (std::int64_t t = 0; t < s.q_len; ++t) positions.push_back(prefix + t);
+  }
+  ga::BlockForwardArgs<float> args;
+  args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {b, s.q_len, hid});
+  args.positions =
+      ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {b, s.q_len});
+  args.cache = {ga::TensorView<float, 4>::contiguous(k_cache.data(), cache_extents),
+                ga::TensorView<float, 4>::contiguous(v_cache.data(), cache_extents),
+                lengths.data()};
+  args.y = ga::TensorView<float, 3>::contiguous(y.data(), {b, s.q_len, hid});
+
+  ga::ThreadPool pool(threads);
+  const ga::Executor executor = threads > 1 ? pool.executor() : ga::Executor{};
+  const ga::Status status = block.can_implement(args);
+  if (!status) {
+    state.SkipWithError(status.message());
+    return;
+  }
+  std::vector<std::byte> workspace(block.workspace_size(args, executor));
+  std::int64_t calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (auto& n : lengths) n = prefix;
+    const ga::Status s_run =
+        block.forward(args, ga::Workspace(workspace.data(), workspace.size()), executor);
+    if (!s_run) state.SkipWithError(s_run.message());
+    benchmark::DoNotOptimize(y.data());
+    ++calls;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double rows = static_cast<double>(b * s.q_len);
+  const double weight_elements =
+      static_cast<double>((c.q_proj_rows() + 2 * c.kv_width()) * hid + hid * c.q_width());
+  const double flops = 2.0 * rows * weight_elements + s.useful_flops();
+  const double bytes = 4.0 * weight_elements + s.kv_bytes();
+  state.counters["flops"] = flops * static_cast<double>(calls) / seconds;
+  state.counters["bytes_per_second"] = bytes * static_cast<double>(calls) / seconds;
+  state.SetLabel(ga::sdpa_path());
+}
+
+int register_block() {
+  for (Gate gate : ga::bench::kGates) {
+    for (const AttentionShape& s : ga::bench::kShapes) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string("block/") + ga::bench::gate_name(gate) + "/f32/" +
+                                 s.name + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), run_block, s, gate, threads)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  return 0;
+}
+const int registered = register_block();
+
+}  // namespace
