@@ -1,0 +1,190 @@
+// Heap allocations inside GatedMultiHeadAttention::forward, counted at the malloc level: this
+// program replaces glibc's malloc family (which operator new, Eigen and everything else call) with
+// counting wrappers around glibc's own __libc_* functions. A separate program, so that the
+// replacement touches no other test; not built under sanitizers, which replace malloc themselves.
+//
+// Checks: with a GEMM hook that allocates nothing, forward allocates nothing (prefill, chunked
+// prefill and batched decode; 1 and 2 workers). Reports: what Eigen's default GEMM allocates.
+#include <gated_attention/gated_attention.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+}
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+std::atomic<long> g_bytes{0};
+
+void note(std::size_t bytes) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(static_cast<long>(bytes), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+void* malloc(std::size_t n) {
+  note(n);
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t count, std::size_t n) {
+  note(count * n);
+  return __libc_calloc(count, n);
+}
+void* realloc(void* p, std::size_t n) {
+  note(n);
+  return __libc_realloc(p, n);
+}
+void* memalign(std::size_t alignment, std::size_t n) {
+  note(n);
+  return __libc_memalign(alignment, n);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t n) {
+  note(n);
+  return __libc_memalign(alignment, n);
+}
+int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
+  note(n);
+  void* p = __libc_memalign(alignment, n);
+  if (p == nullptr) return 12;  // ENOMEM
+  *out = p;
+  return 0;
+}
+}
+
+namespace ga = gated_attention;
+
+namespace {
+
+// y = x W^T (+ bias) with plain loops: allocates nothing.
+ga::Status loop_gemm(void*, const ga::LinearArgs<float>& a) {
+  for (std::int64_t r = 0; r < a.x.extents[0]; ++r) {
+    for (std::int64_t o = 0; o < a.weight.extents[0]; ++o) {
+      float sum = a.maybe_bias != nullptr ? a.maybe_bias[o] : 0.0f;
+      for (std::int64_t i = 0; i < a.x.extents[1]; ++i) sum += a.x(r, i) * a.weight(o, i);
+      a.y(r, o) = sum;
+    }
+  }
+  return ga::Status::ok();
+}
+
+struct Counted {
+  long allocations = 0, bytes = 0;
+  bool ok = true;
+};
+
+struct Layer {
+  ga::BlockConfig c;
+  std::vector<float> q_proj, k_proj, v_proj, o_proj, norm;
+  std::vector<float> k_cache, v_cache;
+  std::vector<std::int64_t> lengths;
+  std::int64_t capacity = 0;
+
+  Layer(std::int64_t seqs, std::int64_t cap) : capacity(cap) {
+    c.hidden_size = 256;
+    c.num_q_heads = 8;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.gate_mode = ga::GateMode::elementwise;
+    c.rotary_dim = 16;
+    const std::int64_t hid = c.hidden_size;
+    auto fill = [](std::int64_t n) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+      return v;
+    };
+    q_proj = fill(c.q_proj_rows() * hid);
+    k_proj = fill(c.kv_width() * hid);
+    v_proj = fill(c.kv_width() * hid);
+    o_proj = fill(hid * c.q_width());
+    norm = fill(c.head_dim);
+    k_cache.resize(static_cast<std::size_t>(seqs * cap * c.kv_width()));
+    v_cache.resize(k_cache.size());
+    lengths.assign(static_cast<std::size_t>(seqs), 0);
+  }
+
+  ga::BlockWeights<float> weights() const {
+    const std::int64_t hid = c.hidden_size;
+    ga::BlockWeights<float> w;
+    w.q_proj = ga::TensorView<const float, 2>::contiguous(q_proj.data(), {c.q_proj_rows(), hid});
+    w.k_proj = ga::TensorView<const float, 2>::contiguous(k_proj.data(), {c.kv_width(), hid});
+    w.v_proj = ga::TensorView<const float, 2>::contiguous(v_proj.data(), {c.kv_width(), hid});
+    w.o_proj = ga::TensorView<const float, 2>::contiguous(o_proj.data(), {hid, c.q_width()});
+    w.maybe_q_norm = w.maybe_k_norm = norm.data();
+    return w;
+  }
+
+  // Appends len tokens to sequences [0, batch); counts the allocations of forward() alone.
+  Counted forward(const ga::GatedMultiHeadAttention<float>& block, std::int64_t batch,
+                  std::int64_t len, const ga::Executor& executor) {
+    const std::int64_t hid = c.hidden_size;
+    const std::vector<float> x(static_cast<std::size_t>(batch * len * hid), 0.5f);
+    std::vector<float> y(x.size());
+    std::vector<std::int64_t> positions;
+    for (std::int64_t s = 0; s < batch; ++s) {
+      for (std::int64_t t = 0; t < len; ++t) positions.push_back(lengths[s] + t);
+    }
+    const std::array<std::int64_t, 4> extents = {batch, capacity, c.num_kv_heads, c.head_dim};
+    ga::BlockForwardArgs<float> args;
+    args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid});
+    args.positions =
+        ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {batch, len});
+    args.cache = {ga::TensorView<float, 4>::contiguous(k_cache.data(), extents),
+                  ga::TensorView<float, 4>::contiguous(v_cache.data(), extents), lengths.data()};
+    args.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+    std::vector<std::byte> ws(block.workspace_size(args, executor));
+
+    g_allocations = 0;
+    g_bytes = 0;
+    g_counting = true;
+    const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()), executor);
+    g_counting = false;
+    Counted counted{g_allocations.load(), g_bytes.load(), s.is_ok()};
+    if (!s) std::fprintf(stderr, "forward failed: %s\n", s.message());
+    return counted;
+  }
+};
+
+}  // namespace
+
+int main() {
+  int failures = 0;
+  for (const int workers : {1, 2}) {
+    ga::ThreadPool pool(workers);  // threads start before counting
+    for (const bool engine_gemm : {true, false}) {
+      Layer layer(/*seqs=*/3, /*capacity=*/600);
+      const ga::GatedMultiHeadAttention<float> block(
+          layer.c, layer.weights(),
+          engine_gemm ? ga::LinearHook<float>{&loop_gemm, nullptr} : ga::LinearHook<float>{});
+      struct Step {
+        const char* name;
+        std::int64_t batch, len;
+      };
+      for (const Step& step : {Step{"prefill 512 tokens", 1, 512}, Step{"chunk of 32", 1, 32},
+                               Step{"decode, 3 sequences", 3, 1}}) {
+        const Counted n = layer.forward(block, step.batch, step.len, pool.executor());
+        std::printf("%-22s %-20s %d worker(s): %ld allocations, %ld bytes\n",
+                    engine_gemm ? "allocation-free hook" : "Eigen (default)", step.name, workers,
+                    n.allocations, n.bytes);
+        if (!n.ok || (engine_gemm && n.allocations != 0)) ++failures;
+      }
+    }
+  }
+  std::printf("%s\n",
+              failures == 0 ? "ok: forward allocates nothing outside the GEMM hook" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}
