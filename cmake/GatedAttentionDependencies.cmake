@@ -15,7 +15,10 @@ endmacro()
 gated_attention_require(Eigen3 3.4 libeigen3-dev)
 if(GATED_ATTENTION_BUILD_TESTS)
   gated_attention_require(Catch2 2.13 catch2)
-  # The tests' safetensors reader (include/gated_attention/io/); not a dependency of the library.
+endif()
+if(GATED_ATTENTION_BUILD_TESTS OR GATED_ATTENTION_BUILD_EXAMPLES)
+  # The safetensors reader (include/gated_attention/io/) of the tests and the qwen3_next_attention
+  # example; not a dependency of the library.
   gated_attention_require(nlohmann_json 3.10 nlohmann-json3-dev)
 endif()
 if(GATED_ATTENTION_BUILD_BENCH)
