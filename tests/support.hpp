@@ -132,6 +132,8 @@ inline constexpr double kSdpaLseAtol = 1e-4;
 inline constexpr double kSdpaWideLogitsFactor = 4.0;
 // Logits of +-1e4: the log-sum-exp is within f32 spacing of 1e4 plus the rounding of the sums.
 inline constexpr double kSdpaHugeLogitsLseRtol = 1e-5;
+// The kernels' sigmoid (kernels/generic/math.inl, README): absolute error <= 1e-7.
+inline constexpr double kSigmoidAtol = 1e-7;
 // ops/output_gate (test_output_gate.cpp): the sigmoid's absolute error is <= 1e-7.
 inline constexpr double kGateAtol = 1e-6;
 inline constexpr double kGateRtol = 2e-6;

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/tensor_view.hpp"
@@ -34,7 +35,28 @@ Status check_view(const char* tensor, const TensorView<T, Rank>& view,
                            tensor, i, dim_names[i], static_cast<long long>(view.strides[i]));
     }
   }
-  if (view.empty()) return Status::ok();
+  for (int i = 0; i < Rank; ++i) {
+    if (view.extents[i] == 0) return Status::ok();  // empty: no element is addressed
+  }
+  // The element count and the addressed span (in bytes) must fit std::int64_t: every offset the
+  // ops compute is then exact.
+  const std::int64_t limit =
+      std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(sizeof(T));
+  std::int64_t count = 1, last = 0;
+  for (int i = 0; i < Rank; ++i) {
+    const std::int64_t reach = view.extents[i] - 1;
+    const bool too_many = view.extents[i] > limit / count;
+    const bool too_far = view.strides[i] != 0 && reach > (limit - 1 - last) / view.strides[i];
+    if (too_many || too_far) {
+      return Status::error(StatusCode::invalid_argument,
+                           "%s: dim %d (%s): extent %lld with stride %lld: the view does not fit "
+                           "64-bit offsets",
+                           tensor, i, dim_names[i], static_cast<long long>(view.extents[i]),
+                           static_cast<long long>(view.strides[i]));
+    }
+    count *= view.extents[i];
+    last += reach * view.strides[i];
+  }
   if (view.data == nullptr) {
     return Status::error(StatusCode::invalid_argument, "%s: null data pointer", tensor);
   }

@@ -38,9 +38,11 @@ Status can_implement(const SdpaArgs<T, KvT>& args) {
   return Status::ok();
 }
 
-// Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers).
+// Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers); 0 for
+// arguments can_implement() rejects (run() then reports why).
 template <class T, class KvT>
 std::size_t workspace_size(const SdpaArgs<T, KvT>& args, int num_workers) {
+  if (!validate(args).is_ok()) return 0;
   return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(args, num_workers));
 }
 
@@ -49,8 +51,11 @@ std::size_t workspace_size(const SdpaArgs<T, KvT>& args, const Executor& executo
   return workspace_size(args, executor.num_workers);
 }
 
+// Phases of a run_phase() call sequence; 1 for arguments can_implement() rejects (run_phase()
+// then reports why).
 template <class T, class KvT>
 int num_phases(const SdpaArgs<T, KvT>& args, int num_workers) {
+  if (!validate(args).is_ok()) return 1;
   return kernels::make_sdpa_plan(args, num_workers).num_phases();
 }
 
@@ -84,7 +89,7 @@ SdpaTaskFns sdpa_task_fns(Isa isa, std::int64_t dk, std::int64_t dv) {
   }
 }
 
-// Validates, plans and carves; then calls body(ctx, plan, fns).
+// Validates, plans and carves; then calls body(ctx, plan, fns) and returns its Status, if any.
 template <class T, class KvT, class Body>
 Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int num_workers,
                          Body&& body) {
@@ -103,7 +108,12 @@ Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int 
     ctx.plan = &plan;
     ctx.layout = &layout;
     ctx.scale_log2 = args.effective_scale() * kernels::kLog2e;
-    body(ctx, plan, sdpa_task_fns<T, KvT>(active_isa(), plan.dk, plan.dv));
+    const SdpaTaskFns fns = sdpa_task_fns<T, KvT>(active_isa(), plan.dk, plan.dv);
+    if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
+      body(ctx, plan, fns);
+    } else {
+      return body(ctx, plan, fns);
+    }
   }
   return Status::ok();
 }
@@ -117,6 +127,7 @@ Status run(const SdpaArgs<T, KvT>& args, Workspace workspace, const Executor& ex
                                      executor.run(plan.tasks, fns.task, &ctx);
                                      if (plan.num_phases() > 1)
                                        executor.run(plan.units, fns.merge, &ctx);
+                                     return Status::ok();
                                    });
 }
 
@@ -127,14 +138,17 @@ Status run_phase(const SdpaArgs<T, KvT>& args, Workspace workspace, int phase, i
     return Status::error(StatusCode::invalid_argument,
                          "ith/nth: expected 0 <= ith < nth, got %d/%d", ith, nth);
   }
-  return detail::with_sdpa_context(args, workspace, nth,
-                                   [&](auto& ctx, const auto& plan, const auto& fns) {
-                                     if (phase == 0)
-                                       run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
-                                     if (phase == 1 && plan.num_phases() > 1) {
-                                       run_worker_share(plan.units, fns.merge, &ctx, ith, nth);
-                                     }
-                                   });
+  return detail::with_sdpa_context(
+      args, workspace, nth, [&](auto& ctx, const auto& plan, const auto& fns) {
+        if (phase < 0 || phase >= plan.num_phases()) {
+          return Status::error(StatusCode::invalid_argument,
+                               "phase: expected 0..%d (num_phases() - 1), got %d",
+                               plan.num_phases() - 1, phase);
+        }
+        if (phase == 0) run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
+        if (phase == 1) run_worker_share(plan.units, fns.merge, &ctx, ith, nth);
+        return Status::ok();
+      });
 }
 
 }  // namespace gated_attention

@@ -34,9 +34,12 @@ struct Mask {
   static constexpr Mask causal_window(std::int64_t size) { return {size - 1, 0}; }
   static constexpr Mask window(std::int64_t left, std::int64_t right) { return {left, right}; }
 
+  // Window sizes may be anything up to INT64_MAX: only key - query_pos (bounded by the tensors'
+  // extents) is computed.
   constexpr bool allows(std::int64_t query_pos, std::int64_t key) const {
-    return (window_left < 0 || key >= query_pos - window_left) &&
-           (window_right < 0 || key <= query_pos + window_right);
+    const std::int64_t offset = key - query_pos;
+    return (window_left < 0 || offset >= -window_left) &&
+           (window_right < 0 || offset <= window_right);
   }
 };
 

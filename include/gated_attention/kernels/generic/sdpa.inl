@@ -467,10 +467,11 @@ struct SdpaKernel {
     std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = -1;
     for (std::int64_t qi = 0; qi < nq; ++qi) {
       const std::int64_t pos = i0 + qi + valid - p.q_len;
-      const std::int64_t lo =
-          a.mask.window_left < 0 ? 0 : std::max<std::int64_t>(0, pos - a.mask.window_left);
-      const std::int64_t hi =
-          a.mask.window_right < 0 ? valid - 1 : std::min(valid - 1, pos + a.mask.window_right);
+      // max(0, pos - left) and min(valid - 1, pos + right) without overflow for any window size
+      // (valid - 1 - pos = q_len - 1 - i >= 0).
+      const std::int64_t left = a.mask.window_left, right = a.mask.window_right;
+      const std::int64_t lo = left < 0 || left >= pos ? 0 : pos - left;
+      const std::int64_t hi = right < 0 || right >= valid - 1 - pos ? valid - 1 : pos + right;
       if (lo <= hi) {
         first = std::min(first, lo);
         last = std::max(last, hi);
