@@ -44,6 +44,11 @@ struct Simd {
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
   }
+  static float reduce_max(V v) {
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
+  }
   // 1 / x: 12-bit estimate and two Newton steps in the form r + r (1 - x r), within about an
   // ulp (exactly 1 for x = 1).
   static V reciprocal(V x) {

@@ -352,7 +352,6 @@ struct SdpaKernel {
     for (std::int64_t c = 0; c < n; c += L) S::store(row + c, S::mul(S::load(row + c), f));
   }
 
-  // Normalises one row, adds the sink, writes lse, applies the gate and stores the output.
   // Normalises one row, adds the sink, writes lse and the statistics, applies the gate and stores
   // the output. sink_mass: the row's unnormalised probability mass on keys [0, n_sink).
   static void finalize_row(const SdpaContext<T, KvT>& ctx, const SdpaUnit& u, std::int64_t i,
@@ -425,17 +424,12 @@ struct SdpaKernel {
       }
     }
     if (stats) {
-      float lanes_before[L], lanes_after[L];
-      S::store(lanes_before, max_before_v);
-      S::store(lanes_after, max_after_v);
-      for (int k = 0; k < L; ++k) {
-        max_before = std::max(max_before, lanes_before[k]);
-        max_after = std::max(max_after, lanes_after[k]);
+      max_before = std::max(max_before, S::reduce_max(max_before_v));
+      max_after = std::max(max_after, S::reduce_max(max_after_v));
+      if (gated) {
+        gate_sum += S::reduce_add(gate_sum_v);
+        gate_small += S::reduce_add(gate_small_v);
       }
-      gate_sum += S::reduce_add(gate_sum_v);
-      gate_small += S::reduce_add(gate_small_v);
-    }
-    if (stats) {
       const float d = static_cast<float>(dv);
       if (st.sink_share.data) st.sink_share(u.batch, i, u.kv_head, j) = sink_mass * inv;
       if (st.gate_mean.data) st.gate_mean(u.batch, i, u.kv_head, j) = gated ? gate_sum / d : 1.0f;
@@ -573,9 +567,13 @@ struct SdpaKernel {
           }
           if (track_sink) {  // probability mass on the sink keys, rescaled like the sums
             float* sink = w.sink + h * rs;
-            for (std::int64_t r = 0; r < rows; ++r) sink[r] *= alpha[r];
-            for (std::int64_t n = 0; n < std::min(nb, a.stats.n_sink - n0); ++n) {
-              for (std::int64_t r = 0; r < rows; ++r) sink[r] += w.scores[n * rs + r];
+            const std::int64_t sink_keys = std::min(nb, a.stats.n_sink - n0);
+            for (std::int64_t r = 0; r < rows_v; r += L) {
+              V mass = S::mul(S::load(sink + r), S::load(alpha + r));
+              for (std::int64_t n = 0; n < sink_keys; ++n) {
+                mass = S::add(mass, S::load(w.scores + n * rs + r));
+              }
+              S::store(sink + r, mass);
             }
           }
           if (values_in_place) {

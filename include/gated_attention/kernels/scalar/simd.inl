@@ -36,5 +36,6 @@ struct Simd {
   }
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
   static float reduce_add(V v) { return v; }
+  static float reduce_max(V v) { return v; }
   static V reciprocal(V x) { return 1.0f / x; }
 };
