@@ -105,13 +105,33 @@ def classify(names):
     return cases
 
 
+def sweep_twins():
+    """{sweep benchmark name without threads: the sdpa name of a named shape with the same
+    problem}: a quick run times such a sweep point once, under the named shape's name."""
+    named, prefill_lens, decode_lens, sweep_shape = bench_shapes.load()
+
+    def dims(s):
+        return (s.batch, s.q_heads, s.kv_heads, s.head_dim, s.q_len, s.kv_len)
+
+    twins = {}
+    for kind, lens in (("prefill", prefill_lens), ("decode", decode_lens)):
+        for length in lens:
+            for shape in named:
+                if dims(shape) == dims(sweep_shape(kind, length)):
+                    for g in GATES:
+                        twins[f"sweep/{kind}/{g}/f32/{length}"] = f"sdpa/{g}/f32/{shape.name}"
+    return twins
+
+
 def plan(cases, full):
     """Passes: (label, repetitions, min_time, [cases]).
 
-    quick: every named shape with 1 and 2 threads; the sweeps with 2 threads;
-    block rows whose iteration is estimated under LONG_S. full: everything, more repetitions.
+    quick: every named shape with 1 and 2 threads; the sweeps with 2 threads, prefill up to 8K,
+    points that equal a named shape taken from its row; block rows whose iteration is estimated
+    under LONG_S. full: everything, more repetitions.
     """
-    quick_prefill_max = 16384
+    quick_prefill_max = 8192
+    twins = sweep_twins()
     sweep_threads = 2
     chosen = []
     for c in cases.values():
@@ -126,6 +146,9 @@ def plan(cases, full):
             if c.threads != sweep_threads:
                 continue
             if c.group == "sweep/prefill" and int(c.case) > quick_prefill_max:
+                continue
+            base, _, threads = c.name.rpartition("/")
+            if base in twins and f"{twins[base]}/{threads}" in cases:
                 continue
             chosen.append(c)
         elif c.group == "block" and c.seconds >= LONG_S:
@@ -143,9 +166,10 @@ def plan(cases, full):
 def forecast(reps, min_time, cases):
     total = 0.0
     for c in cases:
-        # First repetition: a 1-iteration probe, then the timed run; then one run per repetition.
-        per_rep = max(min_time, c.seconds)
-        total += c.seconds + per_rep * reps + 0.1 * (reps + 1)  # + input set-up
+        if c.seconds >= min_time:  # one iteration per repetition
+            total += reps * (c.seconds + 0.1)  # + input set-up
+        else:  # a 1-iteration probe, then runs of at least min_time
+            total += c.seconds + reps * min_time * 1.4 + 0.1 * (reps + 1)
     return total
 
 
@@ -243,6 +267,13 @@ def load_peers(paths):
 def build_rows(data, peers):
     """The table: header and rows of strings, plus the numeric series the plot needs."""
     values = medians(data["benchmarks"])
+    sweep_threads = {(m.group(1), int(m.group(4))) for m in map(SWEEP.match, values) if m}
+    for sweep_base, sdpa_base in sweep_twins().items():
+        kind = sweep_base.split("/")[1]
+        for kind_run, threads in sweep_threads:
+            name = f"{sweep_base}/threads:{threads}"
+            if kind_run == kind and name not in values and f"{sdpa_base}/threads:{threads}" in values:
+                values[name] = values[f"{sdpa_base}/threads:{threads}"]
     cases = classify(values.keys())
     peak_fma = {int(PEAK_FMA.match(n).group(1)): v.get("flops")
                 for n, v in values.items() if PEAK_FMA.match(n)}
@@ -251,6 +282,7 @@ def build_rows(data, peers):
     peer_table, engines = (peers[0], peers[1]) if peers else ({}, [])
 
     groups = {}  # (group, case, threads) -> {gate: entry}
+    shapes = {}  # (group, case, threads) -> bench_shapes.Shape
     order = []
     for name, entry in values.items():
         c = cases.get(name)
@@ -259,6 +291,7 @@ def build_rows(data, peers):
         key = (c.group, c.case, c.threads)
         if key not in groups:
             groups[key] = {}
+            shapes[key] = c.shape
             order.append(key)
         groups[key][c.gate] = entry
     group_rank = {"sdpa": 0, "sweep/prefill": 1, "sweep/decode": 2, "block": 3}
@@ -285,6 +318,7 @@ def build_rows(data, peers):
                 errors.append(f"{group}/{g}/{case}/threads:{threads}: {entry['error']}")
         main = gates.get("elementwise") or gates.get("none") or next(iter(gates.values()))
         flops, bw = main.get("flops"), main.get("bytes_per_second")
+        decode = shapes[key].decode
         fma = peak_fma.get(threads)
         if group == "sweep/decode":
             bw_peak = peak_bw.get((f"sweep_decode_{case}", threads))
@@ -301,8 +335,8 @@ def build_rows(data, peers):
                fmt_ms(ms["elementwise"]), overhead("headwise"), overhead("elementwise"),
                f"{flops / 1e9:.1f}" if flops else "-",
                f"{100.0 * flops / fma:.0f}" if flops and fma else "-",
-               f"{bw / 1e9:.1f}" if bw else "-",
-               f"{100.0 * bw / bw_peak:.0f}" if bw and bw_peak else "-",
+               f"{bw / 1e9:.1f}" if bw and decode else "-",
+               f"{100.0 * bw / bw_peak:.0f}" if bw and bw_peak and decode else "-",
                main.get("label") or "-"]
         peer = peer_table.get((case, threads), {}) if group == "sdpa" else {}
         for e in engines:
@@ -405,7 +439,8 @@ def describe(data, peers_context):
         f"gated_attention benchmark report ({r.get('mode', '?')} mode), {r.get('date', '?')}",
         f"CPU: {machine_line(data.get('context', {}), r)}",
         f"Command: {r.get('command', '?')}",
-        f"Benchmark wall time: {r.get('bench_wall_s', 0):.0f} s; {reps}",
+        f"Benchmark wall time: {r.get('bench_wall_s', 0):.0f} s (inside timed loops: "
+        f"{r.get('timed_s', 0):.0f} s); {reps}",
         "f32, causal (bottom-right aligned); ms = median over repetitions; ovh = gated / ungated "
         "- 1; GFLOP/s, GB/s and % columns: the elementwise-gated run vs peak/fma_f32 and "
         "peak/read_bw with the same threads. Sweeps: Qwen3-Next heads (Hq 16, Hkv 2, D 256).",
@@ -598,6 +633,9 @@ def main():
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "bench_wall_s": round(time.monotonic() - start, 1),
+            "timed_s": round(sum(b.get("iterations", 0) * b["real_time"] * TO_MS[b["time_unit"]]
+                                 for b in data["benchmarks"]
+                                 if b.get("run_type") == "iteration") / 1e3, 1),
             "passes": pass_info,
         }
         with open(json_path, "w") as f:
