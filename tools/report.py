@@ -466,16 +466,14 @@ def plot(series, path, title):
                 f"{os.path.join(os.path.dirname(path), JSON_NAME)}` draws this run.")
     colors = {"none": "#4d4d4d", "headwise": "#1f77b4", "elementwise": "#d62728"}
     names = {"none": "ungated", "headwise": "headwise gate", "elementwise": "elementwise gate"}
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
 
-    def plain_log_labels(ax):
+    def plain_log_labels(ax):  # 1, 2, 5, 10, 20, ... rather than 10^n
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        low, high = ax.get_ylim()
-        few_decades = low > 0 and high / low < 30
-        ax.yaxis.set_minor_formatter(
-            FuncFormatter(lambda v, _: f"{v:g}") if few_decades else NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
     def bars(ax, group, heading):
         rows = [s for s in series if s["group"] == group]
