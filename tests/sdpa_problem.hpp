@@ -14,7 +14,10 @@
 // V (scaling V by a power of two scales the attention output and its rounding exactly, and bounds
 // |attention|); |act| the multiplicative gate's activation (it scales the attention output's
 // error, SiLU up to 1e4); e_act the activation's documented absolute error, kSigmoidAtol (times
-// max(1, |g|) for SiLU g * sigmoid(g)); 0 without a gate. The
+// max(1, |g|) for SiLU g * sigmoid(g)); 0 without a gate. Plus (kv_len + 2) * 2^-126 absolute
+// (times max(1, |act|) for a multiplying gate): the kernels flush denormal inputs and results to
+// zero (kernels/denormals.hpp), each of up to kv_len accumulations and the normalisation may
+// lose up to 2^-126. The
 // whole output's NMSE <= f^2 * kSdpaMaxNmse, checked when the output's RMS is at least
 // 100 * atol * m_v: below that the output is dominated by values near 0, where the per-element
 // atol governs. Log-sum-exp: |got - ref| <= kSdpaLseAtol + lse_rtol * |ref|. Statistics: sink
@@ -24,8 +27,9 @@
 //
 // Inputs are adversarial where the API allows: K/V rows past a batch entry's kv length and every
 // padding element of q/k/v hold NaN (a kernel that reads them poisons its output), optionally also
-// the K/V rows no query of the entry can see; output, lse and statistics padding hold a sentinel
-// that must survive (no stray writes).
+// the K/V rows no query of the entry can see, or chosen keys (NaN in K, NaN or +-Inf in V: rows
+// that attend them are not compared, every other row must stay finite and right); output, lse and
+// statistics padding hold a sentinel that must survive (no stray writes).
 #pragma once
 
 #include <algorithm>
@@ -140,7 +144,9 @@ struct Case {
   int q_exponent = 0;               // q *= 2^e, k *= 2^-e: the same logits at other magnitudes
   int v_exponent = 0;               // v *= 2^e (m_v in the tolerance)
   bool denormals = false;           // about 1 in 8 of q, k, v replaced by denormal numbers
-  bool poison_invisible_keys = false;  // NaN in the K/V rows no query of the entry sees
+  bool poison_invisible_keys = false;       // NaN in the K/V rows no query of the entry sees
+  std::vector<std::int64_t> poisoned_keys;  // keys whose K rows hold NaN and V rows poison_value
+  float poison_value = std::numeric_limits<float>::quiet_NaN();
   bool check_standalone_gate = false;  // also ops/output_gate on the ungated reference output
   double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
   double tol_scale = 1.0;              // f in the tolerance
@@ -239,8 +245,9 @@ inline std::string describe(const Case& c) {
      << (c.run_phase ? " (run_phase)" : "") << " workspace shift " << c.workspace_shift << " scale "
      << c.scale << " q_range " << c.q_range << " one_hot " << c.one_hot_logit << " q_exponent "
      << c.q_exponent << " v_exponent " << c.v_exponent << " denormals " << c.denormals
-     << " poison_invisible " << c.poison_invisible_keys << " salt " << salt_of(c) << " (test seed "
-     << test_seed() << ")";
+     << " poison_invisible " << c.poison_invisible_keys << " poisoned keys "
+     << c.poisoned_keys.size() << " (" << c.poison_value << ")"
+     << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
   return os.str();
 }
 
@@ -391,6 +398,14 @@ struct Problem {
       for (auto& x : sinks) x = static_cast<float>(s(rng));
       if (c.sinks == SinkKind::some_neg_inf) {
         for (std::size_t h = 0; h < sinks.size(); h += 2) sinks[h] = -kInf;
+      }
+    }
+    for (std::int64_t j : c.poisoned_keys) {
+      for (std::int64_t b = 0; b < c.batch; ++b) {
+        for (std::int64_t h = 0; h < c.hkv; ++h) {
+          for (std::int64_t d = 0; d < c.dk; ++d) k.view(b, j, h, d) = kNaN;
+          for (std::int64_t d = 0; d < c.dv; ++d) v.view(b, j, h, d) = c.poison_value;
+        }
       }
     }
     make_gate(rng);  // last: the same case without a gate draws the same values
@@ -634,6 +649,7 @@ inline Comparison compare(const Problem& p) {
   const std::int64_t g = c.group();
   const double m_v = std::ldexp(1.0, c.v_exponent);
   const double atol = kSdpaAtol * m_v;
+  const double flush = static_cast<double>(c.kv_len + 2) * std::numeric_limits<float>::min();
   double diff2 = 0.0, ref2 = 0.0;
   std::int64_t compared = 0;
   const bool multiply = c.combine == GateCombine::multiply;
@@ -649,7 +665,7 @@ inline Comparison compare(const Problem& p) {
           const double ref = p.ref_out.cview()(b, i, h, d);
           const auto [act, act_error] = p.activation(b, i, h, d);
           const double gain = multiply ? std::max(1.0, std::fabs(act)) : 1.0;
-          const double gate_error = multiply ? m_v * act_error : act_error;
+          const double gate_error = multiply ? (m_v * act_error + flush * gain) : act_error + flush;
           max_gain = std::max(max_gain, gain);
           max_act_error = std::max(max_act_error, gate_error);
           if (!std::isfinite(got)) {
@@ -677,7 +693,9 @@ inline Comparison compare(const Problem& p) {
           const double ref = p.ref_lse.cview()(b, i, kv, j);
           if (got == static_cast<double>(kLseSentinel)) ++r.lse_unwritten;
           double ratio = 0.0;
-          if (std::isinf(ref) || std::isinf(got) || std::isnan(got)) {
+          if (std::isnan(ref)) {  // the row attends non-finite inputs: nothing to compare
+            ratio = 0.0;
+          } else if (std::isinf(ref) || std::isinf(got) || std::isnan(got)) {
             ratio = got == ref ? 0.0 : INFINITY;
           } else {
             ratio = std::fabs(got - ref) / (kSdpaLseAtol + c.lse_rtol * std::fabs(ref));
@@ -691,6 +709,7 @@ inline Comparison compare(const Problem& p) {
           };
           const auto check = [&](int s, double tol_abs, double tol_rel) {
             const auto [got, ref] = stat(s);
+            if (!std::isfinite(ref)) return;  // the row attends non-finite inputs
             const double ratio = std::fabs(got - ref) / (tol_abs + tol_rel * std::fabs(ref));
             note_worst(ratio, &r.stats_worst, &r.stats_worst_at, kStatNames[s], b, i, h, got, ref);
           };
@@ -698,8 +717,8 @@ inline Comparison compare(const Problem& p) {
           check(0, f * kStatsShareAtol, f * kStatsShareRtol);
           check(1, kStatsGateMeanAtol, kStatsGateMeanRtol);
           check(2, 1.01 / static_cast<double>(c.dv), 0.0);
-          check(3, f * atol, f * kSdpaRtol);
-          check(4, f * atol * max_gain + max_act_error, f * kSdpaRtol);
+          check(3, f * atol + flush, f * kSdpaRtol);
+          check(4, f * atol * max_gain + max_act_error, f * kSdpaRtol);  // includes the flush
         }
       }
     }
@@ -806,7 +825,8 @@ inline Status run_kernels(const Case& c, const SdpaArgs<float>& args,
 // ops/output_gate on the ungated reference attention output of `p`, in place or not, against
 // reference::output_gate. Tolerance: kGateAtol * |attn| (the sigmoid's absolute error scales
 // with the attention value it multiplies; 1 for the additive combine) + kGateRtol * |ref|, plus
-// the spacing of denormal numbers.
+// 2^-126 (denormal results are flushed to zero) and, for a denormal attention value (read as 0),
+// the difference that makes.
 inline std::string check_standalone_gate(const Problem& p, bool in_place) {
   const Case& c = p.c;
   if (c.gate == GateKind::none) return "";
@@ -844,8 +864,14 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
     }
     for (std::size_t e = 0; e < got.data.size(); ++e) {
       const double attn = plain.ref_out.data[e], ref = expected.data[e], x = got.data[e];
-      const double tol = kGateAtol * (c.combine == GateCombine::multiply ? std::fabs(attn) : 1.0) +
-                         kGateRtol * std::fabs(ref) + std::numeric_limits<float>::denorm_min();
+      // A denormal attention value reads as 0: the result is combine(0, act).
+      const bool multiply = c.combine == GateCombine::multiply;
+      const double read_as_zero = std::fabs(attn) < std::numeric_limits<float>::min()
+                                      ? (multiply ? std::fabs(ref) : std::fabs(attn))
+                                      : 0.0;
+      const double tol = kGateAtol * (multiply ? std::fabs(attn) : 1.0) +
+                         kGateRtol * std::fabs(ref) + std::numeric_limits<float>::min() +
+                         read_as_zero;
       if (!(std::fabs(x - ref) <= tol)) {
         std::ostringstream os;
         os << "output_gate on " << to_string(isa) << (in_place ? " (in place)" : "") << ": element "

@@ -72,6 +72,40 @@ Status check_view(const char* tensor, const TensorView<T, Rank>& view,
   return Status::ok();
 }
 
+// A written view must address each element once (threads write its rows concurrently): with the
+// dimensions of extent > 1 ordered by stride, each stride must step past everything the smaller
+// ones reach. Sufficient, not necessary: interleavings that happen not to collide are refused too.
+// Call after check_view() passed (the offsets then fit std::int64_t).
+template <class T, int Rank>
+Status check_distinct_elements(const char* tensor, const TensorView<T, Rank>& view,
+                               const typename TensorView<T, Rank>::DimNames& dim_names) {
+  if (view.empty() || view.data == nullptr) return Status::ok();
+  std::array<int, Rank> order{};
+  for (int i = 0; i < Rank; ++i) order[i] = i;
+  for (int i = 1; i < Rank; ++i) {  // insertion sort by stride, innermost first among equals
+    for (int j = i; j > 0; --j) {
+      const int a = order[j - 1], b = order[j];
+      if (view.strides[b] < view.strides[a] || (view.strides[b] == view.strides[a] && b > a)) {
+        order[j - 1] = b;
+        order[j] = a;
+      }
+    }
+  }
+  std::int64_t reach = 0;  // largest offset the smaller dimensions address
+  for (int k : order) {
+    if (view.extents[k] == 1) continue;
+    if (view.strides[k] <= reach) {
+      return Status::error(StatusCode::invalid_argument,
+                           "%s: dim %d (%s): stride %lld writes elements more than once (the "
+                           "smaller strides reach offset %lld)",
+                           tensor, k, dim_names[k], static_cast<long long>(view.strides[k]),
+                           static_cast<long long>(reach));
+    }
+    reach += (view.extents[k] - 1) * view.strides[k];
+  }
+  return Status::ok();
+}
+
 template <class T, int RankT, class U, int RankU>
 Status check_no_overlap(const char* written, const TensorView<T, RankT>& out, const char* read,
                         const TensorView<U, RankU>& in) {

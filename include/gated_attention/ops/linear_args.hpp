@@ -24,7 +24,10 @@ Status validate(const LinearArgs<T>& args) {
       check_view("weight", args.weight, {-1, args.x.extents[1]}, {"out features", "in features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(check_view(
       "y", args.y, {args.x.extents[0], args.weight.extents[0]}, {"rows", "out features"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements("y", args.y, {"rows", "out features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("y", args.y, "x", args.x));
+  const TensorView<const T, 1> bias(args.maybe_bias, {args.weight.extents[0]}, {1});
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("y", args.y, "bias", bias));
   return check_no_overlap("y", args.y, "weight", args.weight);
 }
 

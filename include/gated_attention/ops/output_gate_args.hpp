@@ -58,6 +58,7 @@ Status validate(const OutputGateArgs<T>& args) {
     return Status::error(StatusCode::invalid_argument, "gate: null data pointer");
   }
   GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, args.attn.extents));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements("out", args.out, kQueryHeadDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("out", args.out, "attn", args.attn));
   return check_no_overlap("out", args.out, "gate", args.gate.values);
 }

@@ -43,6 +43,10 @@ Status validate(const RmsNormArgs<T, Rank>& args) {
     return Status::error(StatusCode::invalid_argument, "eps: expected finite >= 0, got %g",
                          static_cast<double>(args.eps));
   }
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_distinct_elements("out", args.out, generic_dim_names<Rank>()));
+  const TensorView<const T, 1> weight(args.maybe_weight, {args.x.extents[Rank - 1]}, {1});
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "weight", weight));
   return check_in_place_or_disjoint("out", args.out, "x", args.x);
 }
 

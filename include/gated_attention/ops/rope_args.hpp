@@ -54,6 +54,8 @@ Status validate(const RopeArgs<T, Rank>& args) {
     return Status::error(StatusCode::invalid_argument, "theta: expected finite > 0, got %g",
                          args.theta);
   }
+  GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements("out", args.out, names));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "positions", args.positions));
   return check_in_place_or_disjoint("out", args.out, "x", args.x);
 }
 

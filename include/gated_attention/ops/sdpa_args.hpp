@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -123,7 +124,6 @@ Status validate(const SdpaArgs<T, KvT>& args) {
     if (view->data == nullptr) continue;
     GATED_ATTENTION_RETURN_IF_ERROR(check_view(name, *view, {q[0], q[1], q[2], q[3]},
                                                {"batch", "q length", "kv heads", "group"}));
-    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "out", args.out));
   }
   if (args.stats.n_sink < 0) {
     return Status::error(StatusCode::invalid_argument, "stats.n_sink: expected >= 0, got %lld",
@@ -155,11 +155,31 @@ Status validate(const SdpaArgs<T, KvT>& args) {
       }
     }
   }
-  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "q", args.q));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "k", args.k));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "v", args.v));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("out", args.out, "gate", args.gate.values));
-  return check_no_overlap("lse", args.maybe_lse, "out", args.out);
+  // Every written view (out, lse, statistics) addresses each element once and is disjoint from
+  // the inputs and from the other written views: tasks write them while others read the inputs.
+  const auto check_written = [&](const char* name, const auto& view,
+                                 const auto& dim_names) -> Status {
+    GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements(name, view, dim_names));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "q", args.q));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "k", args.k));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v", args.v));
+    return check_no_overlap(name, view, "gate", args.gate.values);
+  };
+  constexpr std::array<const char*, 4> row_dims = {"batch", "q length", "kv heads", "group"};
+  GATED_ATTENTION_RETURN_IF_ERROR(check_written("out", args.out, kQueryHeadDims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_written("lse", args.maybe_lse, row_dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("lse", args.maybe_lse, "out", args.out));
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const auto& [name, view] = stats[i];
+    GATED_ATTENTION_RETURN_IF_ERROR(check_written(name, *view, row_dims));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "out", args.out));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "lse", args.maybe_lse));
+    for (std::size_t j = 0; j < i; ++j) {
+      GATED_ATTENTION_RETURN_IF_ERROR(
+          check_no_overlap(name, *view, stats[j].first, *stats[j].second));
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace gated_attention

@@ -59,13 +59,16 @@ Status sdpa(const SdpaArgs<T, KvT>& args) {
             denom += p;
             for (std::int64_t d = 0; d < dv; ++d) acc[d] += p * as_double(args.v(b, key, kv, d));
           }
+          // denom is 0 only without any attended key or sink; NaN (from NaN or Inf in the
+          // attended inputs) propagates to the outputs, as any arithmetic would.
+          const bool no_keys = denom == 0.0;
           if (args.maybe_lse.data != nullptr) {
             args.maybe_lse(b, i, kv, j) =
-                static_cast<float>(denom > 0.0 ? max_logit + std::log(denom) : neg_inf);
+                static_cast<float>(no_keys ? neg_inf : max_logit + std::log(denom));
           }
           double max_before = 0.0, max_after = 0.0, gate_sum = 0.0, gate_small = 0.0;
           for (std::int64_t d = 0; d < dv; ++d) {
-            const double attended = denom > 0.0 ? acc[d] / denom : 0.0;
+            const double attended = no_keys ? 0.0 : acc[d] / denom;
             double o = attended;
             double activated = 1.0;
             if (args.gate.enabled()) {
@@ -85,7 +88,7 @@ Status sdpa(const SdpaArgs<T, KvT>& args) {
             for (std::int64_t key = 0; key < std::min(st.n_sink, kv_len); ++key) {
               if (logits[key] != neg_inf) sink_mass += std::exp(logits[key] - max_logit);
             }
-            st.sink_share(b, i, kv, j) = static_cast<float>(denom > 0.0 ? sink_mass / denom : 0.0);
+            st.sink_share(b, i, kv, j) = static_cast<float>(no_keys ? 0.0 : sink_mass / denom);
           }
           if (st.gate_mean.data != nullptr) {
             st.gate_mean(b, i, kv, j) = static_cast<float>(gate_sum / static_cast<double>(dv));

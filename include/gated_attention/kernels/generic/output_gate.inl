@@ -8,6 +8,7 @@ template <class T>
 void output_gate_task(void* context, std::int64_t task, int /*worker*/) {
   static_assert(std::is_same_v<T, float>, "f32 kernel");
   using S = Simd;
+  const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
   const auto& ctx = *static_cast<const OutputGateContext<T>*>(context);
   const OutputGateArgs<T>& a = *ctx.args;
   const auto& e = a.attn.extents;
@@ -25,8 +26,8 @@ void output_gate_task(void* context, std::int64_t task, int /*worker*/) {
       const int n = d - c < S::kLanes ? static_cast<int>(d - c) : S::kLanes;
       const bool partial = n < S::kLanes;
       const S::V x = partial ? S::load_partial(attn + c, n) : S::load(attn + c);
-      const S::V g = broadcast ? S::set1(*gate)
-                               : (partial ? S::load_partial(gate + c, n) : S::load(gate + c));
+      const S::V g =
+          broadcast ? S::set1(*gate) : (partial ? S::load_partial(gate + c, n) : S::load(gate + c));
       const S::V y = gate_lanes(x, g, a.gate.activation, a.gate.combine);
       if (partial) {
         S::store_partial(out + c, y, n);

@@ -185,8 +185,10 @@ struct SdpaKernel {
     }
   }
 
-  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns.
-  template <int RB, int CV>
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns. kMasked
+  // (blocks where some rows do not see some keys): a zero weight skips its key, so NaN or Inf in
+  // the V row of a key a row does not see cannot reach that row (0 * NaN is NaN).
+  template <int RB, int CV, bool kMasked>
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile(const float* p, std::int64_t row_stride,
                                                        const float* packed, std::int64_t num_keys,
                                                        float* out, std::int64_t out_stride) {
@@ -198,7 +200,9 @@ struct SdpaKernel {
       V v[CV];
       for (int c = 0; c < CV; ++c) v[c] = S::load(packed + (c * kKvBlock + n) * L);
       for (int r = 0; r < RB; ++r) {
-        const V pb = S::set1(p[n * row_stride + r]);
+        const float weight = p[n * row_stride + r];
+        if (kMasked && weight == 0.0f) continue;
+        const V pb = S::set1(weight);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
@@ -207,35 +211,38 @@ struct SdpaKernel {
     }
   }
 
-  template <int CV, int RB = S::kRowBlock>
+  template <int CV, bool kMasked, int RB = S::kRowBlock>
   static void value_rows_remainder(std::int64_t count, const float* p, std::int64_t row_stride,
                                    const float* packed, std::int64_t num_keys, float* out,
                                    std::int64_t out_stride) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        value_tile<RB, CV>(p, row_stride, packed, num_keys, out, out_stride);
+        value_tile<RB, CV, kMasked>(p, row_stride, packed, num_keys, out, out_stride);
       } else {
-        value_rows_remainder<CV, RB - 1>(count, p, row_stride, packed, num_keys, out, out_stride);
+        value_rows_remainder<CV, kMasked, RB - 1>(count, p, row_stride, packed, num_keys, out,
+                                                  out_stride);
       }
     }
   }
 
-  template <int CV>
+  template <int CV, bool kMasked>
   static void value_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
                          const float* packed, std::int64_t num_keys, float* out,
                          std::int64_t out_stride) {
     constexpr int RB = S::kRowBlock;
     std::int64_t r = 0;
     for (; r + RB <= rows; r += RB) {
-      value_tile<RB, CV>(p + r, row_stride, packed, num_keys, out + r * out_stride, out_stride);
+      value_tile<RB, CV, kMasked>(p + r, row_stride, packed, num_keys, out + r * out_stride,
+                                  out_stride);
     }
     if (r < rows) {
-      value_rows_remainder<CV>(rows - r, p + r, row_stride, packed, num_keys, out + r * out_stride,
-                               out_stride);
+      value_rows_remainder<CV, kMasked>(rows - r, p + r, row_stride, packed, num_keys,
+                                        out + r * out_stride, out_stride);
     }
   }
 
   // O += P V from a packed V block, each column chunk reused by every row block while in L1.
+  template <bool kMasked>
   static void accumulate_packed_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                        const float* packed, std::int64_t num_keys,
                                        std::int64_t dv_padded, float* out) {
@@ -243,12 +250,12 @@ struct SdpaKernel {
     const std::int64_t vectors = dv_padded / L;
     std::int64_t j = 0;
     for (; j + CV <= vectors; j += CV) {
-      value_rows<CV>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
-                     dv_padded);
+      value_rows<CV, kMasked>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                              dv_padded);
     }
     for (; j < vectors; ++j) {
-      value_rows<1>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
-                    dv_padded);
+      value_rows<1, kMasked>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                             dv_padded);
     }
   }
 
@@ -265,7 +272,7 @@ struct SdpaKernel {
   // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
   static constexpr bool kFullRowValues = kFullRowVectors > 0;
 
-  template <int RB, int CV>
+  template <int RB, int CV, bool kMasked>  // kMasked: as in value_tile
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile_in_place(
       const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
       std::int64_t num_keys, float* out, std::int64_t out_stride) {
@@ -278,7 +285,9 @@ struct SdpaKernel {
       V v[CV];
       for (int c = 0; c < CV; ++c) v[c] = S::load(row + c * L);
       for (int r = 0; r < RB; ++r) {
-        const V pb = S::set1(p[n * row_stride + r]);
+        const float weight = p[n * row_stride + r];
+        if (kMasked && weight == 0.0f) continue;
+        const V pb = S::set1(weight);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
@@ -287,21 +296,22 @@ struct SdpaKernel {
     }
   }
 
-  template <int RB = kFullRowRows>
+  template <bool kMasked, int RB = kFullRowRows>
   static void value_in_place_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
                                   const KvT* values, std::int64_t value_stride,
                                   std::int64_t num_keys, float* out, std::int64_t out_stride) {
     if constexpr (RB > 0 && kFullRowValues) {
       if (rows == RB) {
-        value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
-                                                 out_stride);
+        value_tile_in_place<RB, kFullRowVectors, kMasked>(p, row_stride, values, value_stride,
+                                                          num_keys, out, out_stride);
       } else {
-        value_in_place_rows<RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
-                                    out_stride);
+        value_in_place_rows<kMasked, RB - 1>(rows, p, row_stride, values, value_stride, num_keys,
+                                             out, out_stride);
       }
     }
   }
 
+  template <bool kMasked>
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out,
@@ -312,9 +322,10 @@ struct SdpaKernel {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
         for (std::int64_t c = 0; c < kDv; c += kColumns) {
           for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
-            value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
-                                p + n * row_stride + r, row_stride, values + n * value_stride + c,
-                                value_stride, keys, out + r * out_stride + c, out_stride);
+            value_in_place_rows<kMasked>(std::min<std::int64_t>(kFullRowRows, rows - r),
+                                         p + n * row_stride + r, row_stride,
+                                         values + n * value_stride + c, value_stride, keys,
+                                         out + r * out_stride + c, out_stride);
           }
         }
       }
@@ -442,6 +453,7 @@ struct SdpaKernel {
   }
 
   static void task(void* context, std::int64_t task_index, int worker) {
+    const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
     const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
     const SdpaArgs<T, KvT>& a = *ctx.args;
     const SdpaPlan& p = *ctx.plan;
@@ -576,11 +588,21 @@ struct SdpaKernel {
               S::store(sink + r, mass);
             }
           }
+          // Blocks some rows see only in part take the masked tiles (zero weights skip their V).
           if (values_in_place) {
-            accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
+            if (full) {
+              accumulate_full_row_values<false>(w.scores, rs, rows, v_block, v_stride, nb, out,
+                                                dvp);
+            } else {
+              accumulate_full_row_values<true>(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
+            }
           } else {
             pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
-            accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+            if (full) {
+              accumulate_packed_values<false>(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+            } else {
+              accumulate_packed_values<true>(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+            }
           }
         }
       }
@@ -614,6 +636,7 @@ template <class T, class KvT>
 void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
   using Kernel = SdpaKernel<T, KvT, 0, 0>;
   using S = Simd;
+  const DenormalsAsZero flush;
   const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
   const SdpaPlan& p = *ctx.plan;
   const SdpaLayout& l = *ctx.layout;
