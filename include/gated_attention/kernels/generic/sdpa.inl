@@ -452,6 +452,27 @@ struct SdpaKernel {
     }
   }
 
+  // Starts fetching the gate rows the epilogue will read: they are strided by the heads, which the
+  // hardware prefetcher does not follow, and the key loop in between hides the latency.
+  static void prefetch_gate_rows(const SdpaArgs<T, KvT>& a, const SdpaUnit& u, std::int64_t i0,
+                                 std::int64_t rows, std::int64_t g, std::int64_t heads,
+                                 std::int64_t dv) {
+#if defined(__GNUC__) || defined(__clang__)
+    const std::int64_t bytes =
+        a.gate.values.strides[4] == 0 ? 1 : dv * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const char* row = reinterpret_cast<const char*>(
+            &a.gate.values(u.batch, i0 + r / g, u.kv_head + h, r % g, 0));
+        for (std::int64_t offset = 0; offset < bytes; offset += 64)
+          __builtin_prefetch(row + offset);
+      }
+    }
+#else
+    (void)a, (void)u, (void)i0, (void)rows, (void)g, (void)heads, (void)dv;
+#endif
+  }
+
   static void task(void* context, std::int64_t task_index, int worker) {
     const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
     const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
@@ -507,6 +528,7 @@ struct SdpaKernel {
     std::fill(w.out, w.out + heads * out_size, 0.0f);
     const bool track_sink = a.stats.sink_share.data != nullptr;
     if (track_sink) std::fill(w.sink, w.sink + heads * rs, 0.0f);
+    if (a.gate.enabled() && p.splits == 1) prefetch_gate_rows(a, u, i0, rows, g, heads, dv);
 
     if (begin < end) {
       const bool dot = use_dot_scores(rows);
