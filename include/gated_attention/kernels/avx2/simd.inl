@@ -44,6 +44,7 @@ struct Simd {
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
   }
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
   static float reduce_max(V v) {
     __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     b = _mm_max_ps(b, _mm_movehl_ps(b, b));

@@ -123,8 +123,18 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
-    for (int k = 0; k < KB; ++k) {
-      for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
+    store_dot_sums<KB, RB>(acc, scores, row_stride);
+  }
+
+  template <int KB, int RB, class Vectors = S>
+  GATED_ATTENTION_ALWAYS_INLINE static void store_dot_sums(const V (&acc)[KB][RB], float* scores,
+                                                           std::int64_t row_stride) {
+    if constexpr (KB == 4 && RB == 4 && Vectors::kHasReduceAdd4x4) {
+      Vectors::reduce_add_4x4(acc, scores, row_stride);
+    } else {
+      for (int k = 0; k < KB; ++k) {
+        for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
+      }
     }
   }
 

@@ -42,6 +42,7 @@ struct Simd {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
   static float reduce_add(V v) { return vaddvq_f32(v); }
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
   static float reduce_max(V v) { return vmaxvq_f32(v); }
   static V reciprocal(V x) { return vdivq_f32(vdupq_n_f32(1.0f), x); }
 };

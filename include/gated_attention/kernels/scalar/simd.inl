@@ -36,6 +36,7 @@ struct Simd {
   }
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
   static float reduce_add(V v) { return v; }
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
   static float reduce_max(V v) { return v; }
   static V reciprocal(V x) { return 1.0f / x; }
 };
