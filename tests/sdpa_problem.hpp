@@ -19,11 +19,12 @@
 // zero (kernels/denormals.hpp), each of up to kv_len accumulations and the normalisation may
 // lose up to 2^-126. The
 // whole output's NMSE <= f^2 * kSdpaMaxNmse, checked when the output's RMS is at least
-// 100 * atol * m_v: below that the output is dominated by values near 0, where the per-element
-// atol governs. Log-sum-exp: |got - ref| <= kSdpaLseAtol + lse_rtol * |ref|. Statistics: sink
-// share and gate mean with support.hpp's tolerances (x f); max |out| before and after the gate with
-// the output's (it is one of the output's elements); the fraction of gates below 0.1 within one
-// element (a gate within float error of 0.1 may land on either side).
+// 100 * atol * m_v (below that the output is dominated by values near 0, where the per-element
+// atol governs), over the error beyond the activation's and the flush's absolute allowance.
+// Log-sum-exp: |got - ref| <= kSdpaLseAtol + lse_rtol * |ref|. Statistics: sink share and gate mean
+// with support.hpp's tolerances (x f); max |out| before and after the gate with the output's (it is
+// one of the output's elements); the fraction of gates below 0.1 within one element (a gate within
+// float error of 0.1 may land on either side).
 //
 // Inputs are adversarial where the API allows: K/V rows past a batch entry's kv length and every
 // padding element of q/k/v hold NaN (a kernel that reads them poisons its output), optionally also
@@ -683,7 +684,10 @@ inline Comparison compare(const Problem& p) {
                << ", reference " << ref;
             r.worst_at = os.str();
           }
-          diff2 += (got - ref) * (got - ref);
+          // The NMSE measures the attention's error: the activation's and the flush's allowance
+          // (absolute, documented separately) is taken off first.
+          const double excess = std::max(0.0, std::fabs(got - ref) - gate_error);
+          diff2 += excess * excess;
           ref2 += ref * ref;
           ++compared;
         }

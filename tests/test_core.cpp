@@ -194,7 +194,8 @@ struct Tally {
 };
 }  // namespace
 
-TEST_CASE("Executors run every task exactly once with valid worker ids", "[core][executor]") {
+TEST_CASE("Executors run every task exactly once with valid worker ids",
+          "[core][executor][threads]") {
   const std::int64_t n = 257;
   SECTION("serial") {
     Tally t(n, 1);
@@ -230,7 +231,7 @@ TEST_CASE("Executors run every task exactly once with valid worker ids", "[core]
   }
 }
 
-TEST_CASE("parallel_for runs a lambda through any executor", "[core][executor]") {
+TEST_CASE("parallel_for runs a lambda through any executor", "[core][executor][threads]") {
   ga::ThreadPool pool(2);
   for (const ga::Executor& ex : {ga::Executor{}, pool.executor()}) {
     std::vector<std::int64_t> out(100, -1);
@@ -241,7 +242,7 @@ TEST_CASE("parallel_for runs a lambda through any executor", "[core][executor]")
   }
 }
 
-TEST_CASE("ThreadPool serialises calls from several threads", "[core][executor]") {
+TEST_CASE("ThreadPool serialises calls from several threads", "[core][executor][threads]") {
   ga::ThreadPool pool(2);
   const ga::Executor ex = pool.executor();
   std::atomic<std::int64_t> sum{0};

@@ -3,6 +3,7 @@
 //
 //   GATED_ATTENTION_FUZZ_CASES   number of random inputs (default kDefaultCases)
 //   GATED_ATTENTION_TEST_SEED    seeds the inputs (as for every random test)
+//   GATED_ATTENTION_FUZZ_CORPUS  a directory of inputs to replay instead of fuzz/corpus/
 // A failure prints the case and its input bytes (hex): written to a file, the bytes replay it
 // (add it to tests/fuzz/corpus/, or pass it to the libFuzzer binary).
 #include <catch2/catch.hpp>
@@ -74,7 +75,8 @@ TEST_CASE("fuzz replay: seeded random inputs agree with the reference on every p
 
 TEST_CASE("fuzz replay: every input of the committed corpus", "[fuzz][sdpa]") {
   namespace fs = std::filesystem;
-  const fs::path dir = GATED_ATTENTION_FUZZ_CORPUS_DIR;
+  const char* other = std::getenv("GATED_ATTENTION_FUZZ_CORPUS");  // replays another directory
+  const fs::path dir = other != nullptr ? other : GATED_ATTENTION_FUZZ_CORPUS_DIR;
   REQUIRE(fs::is_directory(dir));
   std::int64_t count = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {

@@ -113,7 +113,7 @@ TEST_CASE("output gate: every variant, activation and combine on every path",
 }
 
 TEST_CASE("output gate: odd head dims, in place, misaligned pointers and threads",
-          "[output_gate][isa]") {
+          "[output_gate][isa][threads]") {
   std::uint64_t salt = 200;
   for (std::int64_t d : {1, 7, 16, 17, 33, 80, 256}) {
     check_gate({1, 9, 2, 2, d}, Variant::elementwise, ga::GateActivation::sigmoid,

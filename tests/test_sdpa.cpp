@@ -328,7 +328,8 @@ TEST_CASE("sdpa: one to three threads give the same bits without key splits", "[
   }
 }
 
-TEST_CASE("sdpa: decode splits long KV across workers and merges by log-sum-exp", "[sdpa][split]") {
+TEST_CASE("sdpa: decode splits long KV across workers and merges by log-sum-exp",
+          "[sdpa][split][threads]") {
   const std::vector<Case> cases = {
       Case::make("split decode 1024 2 workers", 1, 1, 1024, 8, 1, 128, 128)
           .with_threads(2)
@@ -366,7 +367,7 @@ TEST_CASE("sdpa: decode splits long KV across workers and merges by log-sum-exp"
   for (const Case& c : cases) check_case(c);
 }
 
-TEST_CASE("sdpa: run_phase from std::threads equals run()", "[sdpa][run_phase]") {
+TEST_CASE("sdpa: run_phase from std::threads equals run()", "[sdpa][run_phase][threads]") {
   const std::vector<std::pair<Case, int>> cases = {
       {Case::make("phases split decode", 1, 1, 1100, 8, 1, 64, 64)
            .with_lse()

@@ -96,7 +96,7 @@ void check_stats(const StatsCase& c, std::uint64_t salt) {
 }  // namespace
 
 TEST_CASE("sdpa stats: sink share, gate sparsity and magnitudes match the reference",
-          "[sdpa][stats]") {
+          "[sdpa][stats][threads]") {
   const StatsCase cases[] = {
       {1, 9, 9, 4, 2, 32, 1, true, false, false, 1},       // prefill, elementwise gate
       {2, 5, 40, 8, 2, 64, 4, true, true, false, 2},       // chunk, headwise gate, n_sink 4
