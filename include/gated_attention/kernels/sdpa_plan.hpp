@@ -95,8 +95,10 @@ struct SdpaLayout {
   bool complete = false;                 // every allocation succeeded
 };
 
-// Carves the plan's scratch from `ws`; in counting mode it only sizes it.
-inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
+// Carves the plan's scratch from `ws`; in counting mode it only sizes it. The table of worker
+// scratch lives in `ws`: with only_worker >= 0 only that worker's entry is written (run_phase():
+// every worker carves the same workspace at the same time, and reads only its own entry).
+inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_worker = -1) {
   SdpaLayout layout;
   layout.workers = ws.allocate<SdpaWorkerScratch>(static_cast<std::size_t>(p.num_workers));
   const auto rs = static_cast<std::size_t>(p.row_stride);
@@ -113,7 +115,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p) {
     s.sink = ws.allocate<float>(heads * rs);
     s.key_lo = ws.allocate<std::int64_t>(rs);
     s.key_hi = ws.allocate<std::int64_t>(rs);
-    if (layout.workers != nullptr) layout.workers[w] = s;
+    if (layout.workers != nullptr && (only_worker < 0 || only_worker == w)) layout.workers[w] = s;
   }
   if (p.splits > 1) {
     const auto partials = static_cast<std::size_t>(p.tasks) * heads;

@@ -90,14 +90,16 @@ SdpaTaskFns sdpa_task_fns(Isa isa, std::int64_t dk, std::int64_t dv) {
 }
 
 // Validates, plans and carves; then calls body(ctx, plan, fns) and returns its Status, if any.
+// Callers that carve one workspace from several workers at once (run_phase()) pass the worker:
+// only its entry of the workspace's scratch table is written.
 template <class T, class KvT, class Body>
 Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int num_workers,
-                         Body&& body) {
+                         Body&& body, int carving_worker = -1) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
   if constexpr (std::is_same_v<T, float> && std::is_same_v<KvT, float>) {
     const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
     const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
-    const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan);
+    const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
     if (!layout.complete || workspace.capacity() < needed) {
       return Status::error(StatusCode::workspace_too_small,
                            "workspace: expected >= %zu bytes for %d worker(s), got %zu", needed,
@@ -139,7 +141,8 @@ Status run_phase(const SdpaArgs<T, KvT>& args, Workspace workspace, int phase, i
                          "ith/nth: expected 0 <= ith < nth, got %d/%d", ith, nth);
   }
   return detail::with_sdpa_context(
-      args, workspace, nth, [&](auto& ctx, const auto& plan, const auto& fns) {
+      args, workspace, nth,
+      [&](auto& ctx, const auto& plan, const auto& fns) {
         if (phase < 0 || phase >= plan.num_phases()) {
           return Status::error(StatusCode::invalid_argument,
                                "phase: expected 0..%d (num_phases() - 1), got %d",
@@ -148,7 +151,8 @@ Status run_phase(const SdpaArgs<T, KvT>& args, Workspace workspace, int phase, i
         if (phase == 0) run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
         if (phase == 1) run_worker_share(plan.units, fns.merge, &ctx, ith, nth);
         return Status::ok();
-      });
+      },
+      ith);
 }
 
 }  // namespace gated_attention
