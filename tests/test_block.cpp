@@ -236,7 +236,8 @@ TEST_CASE("Block: strided x and y, and y written in place of x", "[block]") {
   }
 }
 
-TEST_CASE("Block: the ith/nth entry from std::threads equals forward() bit for bit", "[block]") {
+TEST_CASE("Block: the ith/nth entry from std::threads equals forward() bit for bit",
+          "[block][threads]") {
   const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::grouped);
   std::mt19937_64 rng = make_rng(1200);
   const Model<float> m = make_model<float>(c, rng);

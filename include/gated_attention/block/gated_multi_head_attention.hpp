@@ -98,7 +98,7 @@ class GatedMultiHeadAttention {
     GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
     for (int phase = 0; phase < kNumPhases; ++phase) {
       GATED_ATTENTION_RETURN_IF_ERROR(run_checked_phase(
-          args, workspace, phase, executor.num_workers,
+          args, workspace, phase, executor.num_workers, -1,
           [&](std::int64_t tasks, auto&& task) { parallel_for(executor, tasks, task); }));
     }
     return Status::ok();
@@ -118,10 +118,11 @@ class GatedMultiHeadAttention {
     }
     // Other workers may be in kCommit, writing the lengths that can_implement reads.
     if (phase != kCommit) GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-    return run_checked_phase(args, workspace, phase, nth, [&](std::int64_t tasks, auto&& task) {
-      const TaskRange r = worker_share(tasks, ith, nth);
-      for (std::int64_t i = r.begin; i < r.end; ++i) task(i, ith);
-    });
+    return run_checked_phase(args, workspace, phase, nth, ith,
+                             [&](std::int64_t tasks, auto&& task) {
+                               const TaskRange r = worker_share(tasks, ith, nth);
+                               for (std::int64_t i = r.begin; i < r.end; ++i) task(i, ith);
+                             });
   }
 
  private:
@@ -260,10 +261,11 @@ class GatedMultiHeadAttention {
   static constexpr std::int64_t kPrepareTokens = 8;
 
   // Validated arguments: carves the workspace and runs `phase` through for_tasks(n, task), which
-  // calls task(i, worker) for the tasks [0, n) this worker owns.
+  // calls task(i, worker) for the tasks [0, n) this worker owns. carving_worker: the worker ith
+  // when every worker carves the shared workspace at once (run_phase), else -1.
   template <class ForTasks>
   Status run_checked_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase,
-                           int num_workers, ForTasks&& for_tasks) const {
+                           int num_workers, int carving_worker, ForTasks&& for_tasks) const {
     if constexpr (std::is_same_v<T, float>) {
       const BlockConfig& c = config_;
       Buffers buf;
@@ -357,13 +359,16 @@ class GatedMultiHeadAttention {
       const int sdpa_phase = phase - kAttention;
       if (sdpa_phase >= gated_attention::num_phases(sdpa_args, num_workers)) return Status::ok();
       return detail::with_sdpa_context(
-          sdpa_args, sdpa_ws, num_workers, [&](auto& ctx, const auto& plan, const auto& fns) {
+          sdpa_args, sdpa_ws, num_workers,
+          [&](auto& ctx, const auto& plan, const auto& fns) {
             const TaskFn fn = sdpa_phase == 0 ? fns.task : fns.merge;
             for_tasks(sdpa_phase == 0 ? plan.tasks : plan.units,
                       [&](std::int64_t task, int worker) { fn(&ctx, task, worker); });
-          });
+          },
+          carving_worker);
     } else {
-      (void)args, (void)workspace, (void)phase, (void)num_workers, (void)for_tasks;
+      (void)args, (void)workspace, (void)phase, (void)num_workers, (void)carving_worker,
+          (void)for_tasks;
       return Status::error(StatusCode::not_supported, "block: element type: expected float");
     }
   }
