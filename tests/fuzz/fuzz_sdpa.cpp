@@ -1,8 +1,8 @@
 // libFuzzer target: every input is one differential case of ops/sdpa (fuzz/sdpa_case.hpp); a
 // disagreement with the reference prints the case and its bytes and aborts.
 //
-//   cmake --preset fuzz && cmake --build --preset fuzz
-//   build/fuzz/tests/fuzz/fuzz_sdpa -max_len=128 corpus_dir tests/fuzz/corpus
+//   cmake --preset sanitize && cmake --build --preset sanitize --target fuzz_sdpa
+//   build/sanitize/tests/fuzz/fuzz_sdpa -max_len=128 corpus_dir tests/fuzz/corpus
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

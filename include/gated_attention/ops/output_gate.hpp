@@ -14,11 +14,8 @@
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/workspace.hpp"
 #include "gated_attention/dispatch/cpu.hpp"
-#include "gated_attention/kernels/avx2/kernels.hpp"
-#include "gated_attention/kernels/avx512/kernels.hpp"
-#include "gated_attention/kernels/neon/kernels.hpp"
+#include "gated_attention/kernels/isa_kernels.hpp"
 #include "gated_attention/kernels/output_gate_plan.hpp"
-#include "gated_attention/kernels/scalar/kernels.hpp"
 #include "gated_attention/ops/heads.hpp"
 #include "gated_attention/ops/output_gate_args.hpp"
 

@@ -19,10 +19,7 @@
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/workspace.hpp"
 #include "gated_attention/dispatch/cpu.hpp"
-#include "gated_attention/kernels/avx2/kernels.hpp"
-#include "gated_attention/kernels/avx512/kernels.hpp"
-#include "gated_attention/kernels/neon/kernels.hpp"
-#include "gated_attention/kernels/scalar/kernels.hpp"
+#include "gated_attention/kernels/isa_kernels.hpp"
 #include "gated_attention/kernels/sdpa_plan.hpp"
 #include "gated_attention/ops/sdpa_args.hpp"
 

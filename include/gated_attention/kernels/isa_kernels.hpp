@@ -1,0 +1,42 @@
+// The kernels of every ISA path this platform compiles (scalar, avx2 and avx512 on x86; scalar and
+// neon on aarch64), and their f32 entry points as one list.
+//
+// Build time: every translation unit that runs an op compiles that op's kernels for every path and
+// head dim (tens of seconds per unit). A program with many such units can compile them once:
+// define GATED_ATTENTION_EXTERN_KERNELS in every unit (the entry points below are then declared
+// `extern template`), and include <gated_attention/instantiate_kernels.hpp> in exactly one unit.
+#pragma once
+
+#include <cstdint>
+
+#include "gated_attention/core/executor.hpp"
+#include "gated_attention/kernels/avx2/kernels.hpp"
+#include "gated_attention/kernels/avx512/kernels.hpp"
+#include "gated_attention/kernels/neon/kernels.hpp"
+#include "gated_attention/kernels/scalar/kernels.hpp"
+
+// The f32 entry points of one path; `prefix` is `extern` (declaration) or empty (definition).
+#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                            \
+  prefix template TaskFn kernels::isa::sdpa_task_fn<float, float>(std::int64_t, std::int64_t); \
+  prefix template void kernels::isa::sdpa_merge<float, float>(void*, std::int64_t, int);       \
+  prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);
+
+// Every path's, at namespace gated_attention scope.
+#if GATED_ATTENTION_X86
+#define GATED_ATTENTION_F32_KERNELS(prefix)      \
+  GATED_ATTENTION_F32_KERNELS_OF(prefix, scalar) \
+  GATED_ATTENTION_F32_KERNELS_OF(prefix, avx2)   \
+  GATED_ATTENTION_F32_KERNELS_OF(prefix, avx512)
+#elif GATED_ATTENTION_AARCH64
+#define GATED_ATTENTION_F32_KERNELS(prefix)      \
+  GATED_ATTENTION_F32_KERNELS_OF(prefix, scalar) \
+  GATED_ATTENTION_F32_KERNELS_OF(prefix, neon)
+#else
+#define GATED_ATTENTION_F32_KERNELS(prefix) GATED_ATTENTION_F32_KERNELS_OF(prefix, scalar)
+#endif
+
+#ifdef GATED_ATTENTION_EXTERN_KERNELS
+namespace gated_attention {
+GATED_ATTENTION_F32_KERNELS(extern)
+}  // namespace gated_attention
+#endif
