@@ -203,8 +203,9 @@ template <class T>
 TensorView<T, 5> gate_view(const BlockConfig& c, const TensorView<T, 3>& gate_source) {
   const QGateStrides s = q_gate_strides(c);
   const auto& st = gate_source.strides;
+  // Null while a workspace is only being sized: no offset is applied to it.
   return TensorView<T, 5>(
-      gate_source.data + s.gate_offset,
+      gate_source.data == nullptr ? nullptr : gate_source.data + s.gate_offset,
       {gate_source.extents[0], gate_source.extents[1], c.num_kv_heads, c.group_size(), c.head_dim},
       {st[0], st[1], s.gate_group, s.gate_head, s.gate_dim});
 }
