@@ -127,10 +127,12 @@ def plan(cases, full):
     """Passes: (label, repetitions, min_time, [cases]).
 
     quick: every named shape with 1 and 2 threads; the sweeps with 2 threads, prefill up to 8K,
-    points that equal a named shape taken from its row; block rows whose iteration is estimated
-    under LONG_S. full: everything, more repetitions.
+    decode at every other length (4x apart), points that equal a named shape taken from its row;
+    block rows whose iteration is estimated under LONG_S. full: everything, more repetitions.
     """
     quick_prefill_max = 8192
+    _, _, decode_lens, _ = bench_shapes.load()
+    quick_decode_lens = {str(n) for n in decode_lens[::2]} | {str(decode_lens[-1])}
     twins = sweep_twins()
     sweep_threads = 2
     chosen = []
@@ -139,13 +141,17 @@ def plan(cases, full):
             chosen.append(c)
         elif c.group == "peak":
             m = PEAK_BW.match(c.name)
-            if m and m.group(1).startswith("sweep_decode_") and c.threads != sweep_threads:
+            if m and m.group(1).startswith("sweep_decode_") and (
+                    c.threads != sweep_threads
+                    or m.group(1)[len("sweep_decode_"):] not in quick_decode_lens):
                 continue
             chosen.append(c)
         elif c.group.startswith("sweep/"):
             if c.threads != sweep_threads:
                 continue
             if c.group == "sweep/prefill" and int(c.case) > quick_prefill_max:
+                continue
+            if c.group == "sweep/decode" and c.case not in quick_decode_lens:
                 continue
             base, _, threads = c.name.rpartition("/")
             if base in twins and f"{twins[base]}/{threads}" in cases:
@@ -160,7 +166,7 @@ def plan(cases, full):
     long = [c for c in chosen if c.seconds >= LONG_S]
     if full:
         return [("short", 5, 0.5, short), ("medium", 3, 0.01, medium), ("long", 3, 0.01, long)]
-    return [("short", 3, 0.1, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long)]
+    return [("short", 3, 0.05, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long)]
 
 
 def forecast(reps, min_time, cases):
