@@ -134,6 +134,7 @@ def plan(cases, full):
     _, _, decode_lens, _ = bench_shapes.load()
     quick_decode_lens = {str(n) for n in decode_lens[::2]} | {str(decode_lens[-1])}
     twins = sweep_twins()
+    twin_decode_lens = {k.rsplit("/", 1)[1] for k in twins if k.startswith("sweep/decode/")}
     sweep_threads = 2
     chosen = []
     for c in cases.values():
@@ -143,7 +144,7 @@ def plan(cases, full):
             m = PEAK_BW.match(c.name)
             if m and m.group(1).startswith("sweep_decode_") and (
                     c.threads != sweep_threads
-                    or m.group(1)[len("sweep_decode_"):] not in quick_decode_lens):
+                    or m.group(1)[len("sweep_decode_"):] not in quick_decode_lens | twin_decode_lens):
                 continue
             chosen.append(c)
         elif c.group.startswith("sweep/"):
