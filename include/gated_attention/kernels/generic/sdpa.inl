@@ -180,9 +180,13 @@ struct SdpaKernel {
   }
 
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[(j * kKvBlock + n) * L],
-  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
-  static void pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1. Returns
+  // whether every value is finite (then a zero weight times any value is 0, and partly masked
+  // blocks need no masked tiles).
+  static bool pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                           std::int64_t dv, std::int64_t dv_padded, float* packed) {
+    const V zero = S::zero();
+    V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
     for (std::int64_t n = 0; n < num_keys; ++n) {
       const KvT* row = values + n * value_stride;
       for (std::int64_t j = 0; j * L < dv_padded; ++j) {
@@ -191,14 +195,59 @@ struct SdpaKernel {
                                 : S::load_partial(
                                       row + c, static_cast<int>(std::max<std::int64_t>(0, dv - c)));
         S::store(packed + (j * kKvBlock + n) * L, x);
+        non_finite = S::fma(x, zero, non_finite);
+      }
+    }
+    return S::reduce_add(non_finite) == 0.0f;
+  }
+
+  // Whether every value of num_keys V rows is finite.
+  static bool values_finite(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                            std::int64_t dv) {
+    const V zero = S::zero();
+    V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      for (std::int64_t c = 0; c < dv; c += L) {
+        const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
+        const V x = count == L ? S::load(row + c) : S::load_partial(row + c, count);
+        non_finite = S::fma(x, zero, non_finite);
+      }
+    }
+    return S::reduce_add(non_finite) == 0.0f;
+  }
+
+  // O[r] += sum_n P^T[n, r] V[n] over the keys whose weight is not zero: exact for blocks some
+  // rows see only in part whose V holds NaN or Inf (0 * NaN is NaN). Rare; finite blocks take the
+  // tiles below.
+  static void accumulate_values_skipping_zero_weights(const float* p, std::int64_t row_stride,
+                                                      std::int64_t rows, const KvT* values,
+                                                      std::int64_t value_stride,
+                                                      std::int64_t num_keys, std::int64_t dv,
+                                                      float* out, std::int64_t out_stride) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* o = out + r * out_stride;
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        const float weight = p[n * row_stride + r];
+        if (weight == 0.0f) continue;
+        const V wv = S::set1(weight);
+        const KvT* row = values + n * value_stride;
+        for (std::int64_t c = 0; c < dv; c += L) {
+          const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
+          if (count == L) {
+            S::store(o + c, S::fma(wv, S::load(row + c), S::load(o + c)));
+          } else {
+            const V sum =
+                S::fma(wv, S::load_partial(row + c, count), S::load_partial(o + c, count));
+            S::store_partial(o + c, sum, count);
+          }
+        }
       }
     }
   }
 
-  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns. kMasked
-  // (blocks where some rows do not see some keys): a zero weight skips its key, so NaN or Inf in
-  // the V row of a key a row does not see cannot reach that row (0 * NaN is NaN).
-  template <int RB, int CV, bool kMasked>
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns.
+  template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile(const float* p, std::int64_t row_stride,
                                                        const float* packed, std::int64_t num_keys,
                                                        float* out, std::int64_t out_stride) {
@@ -210,9 +259,7 @@ struct SdpaKernel {
       V v[CV];
       for (int c = 0; c < CV; ++c) v[c] = S::load(packed + (c * kKvBlock + n) * L);
       for (int r = 0; r < RB; ++r) {
-        const float weight = p[n * row_stride + r];
-        if (kMasked && weight == 0.0f) continue;
-        const V pb = S::set1(weight);
+        const V pb = S::set1(p[n * row_stride + r]);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
@@ -221,38 +268,35 @@ struct SdpaKernel {
     }
   }
 
-  template <int CV, bool kMasked, int RB = S::kRowBlock>
+  template <int CV, int RB = S::kRowBlock>
   static void value_rows_remainder(std::int64_t count, const float* p, std::int64_t row_stride,
                                    const float* packed, std::int64_t num_keys, float* out,
                                    std::int64_t out_stride) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        value_tile<RB, CV, kMasked>(p, row_stride, packed, num_keys, out, out_stride);
+        value_tile<RB, CV>(p, row_stride, packed, num_keys, out, out_stride);
       } else {
-        value_rows_remainder<CV, kMasked, RB - 1>(count, p, row_stride, packed, num_keys, out,
-                                                  out_stride);
+        value_rows_remainder<CV, RB - 1>(count, p, row_stride, packed, num_keys, out, out_stride);
       }
     }
   }
 
-  template <int CV, bool kMasked>
+  template <int CV>
   static void value_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
                          const float* packed, std::int64_t num_keys, float* out,
                          std::int64_t out_stride) {
     constexpr int RB = S::kRowBlock;
     std::int64_t r = 0;
     for (; r + RB <= rows; r += RB) {
-      value_tile<RB, CV, kMasked>(p + r, row_stride, packed, num_keys, out + r * out_stride,
-                                  out_stride);
+      value_tile<RB, CV>(p + r, row_stride, packed, num_keys, out + r * out_stride, out_stride);
     }
     if (r < rows) {
-      value_rows_remainder<CV, kMasked>(rows - r, p + r, row_stride, packed, num_keys,
-                                        out + r * out_stride, out_stride);
+      value_rows_remainder<CV>(rows - r, p + r, row_stride, packed, num_keys, out + r * out_stride,
+                               out_stride);
     }
   }
 
   // O += P V from a packed V block, each column chunk reused by every row block while in L1.
-  template <bool kMasked>
   static void accumulate_packed_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                        const float* packed, std::int64_t num_keys,
                                        std::int64_t dv_padded, float* out) {
@@ -260,12 +304,12 @@ struct SdpaKernel {
     const std::int64_t vectors = dv_padded / L;
     std::int64_t j = 0;
     for (; j + CV <= vectors; j += CV) {
-      value_rows<CV, kMasked>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
-                              dv_padded);
+      value_rows<CV>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                     dv_padded);
     }
     for (; j < vectors; ++j) {
-      value_rows<1, kMasked>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
-                             dv_padded);
+      value_rows<1>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+                    dv_padded);
     }
   }
 
@@ -282,7 +326,7 @@ struct SdpaKernel {
   // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
   static constexpr bool kFullRowValues = kFullRowVectors > 0;
 
-  template <int RB, int CV, bool kMasked>  // kMasked: as in value_tile
+  template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile_in_place(
       const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
       std::int64_t num_keys, float* out, std::int64_t out_stride) {
@@ -295,9 +339,7 @@ struct SdpaKernel {
       V v[CV];
       for (int c = 0; c < CV; ++c) v[c] = S::load(row + c * L);
       for (int r = 0; r < RB; ++r) {
-        const float weight = p[n * row_stride + r];
-        if (kMasked && weight == 0.0f) continue;
-        const V pb = S::set1(weight);
+        const V pb = S::set1(p[n * row_stride + r]);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
@@ -306,22 +348,21 @@ struct SdpaKernel {
     }
   }
 
-  template <bool kMasked, int RB = kFullRowRows>
+  template <int RB = kFullRowRows>
   static void value_in_place_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
                                   const KvT* values, std::int64_t value_stride,
                                   std::int64_t num_keys, float* out, std::int64_t out_stride) {
     if constexpr (RB > 0 && kFullRowValues) {
       if (rows == RB) {
-        value_tile_in_place<RB, kFullRowVectors, kMasked>(p, row_stride, values, value_stride,
-                                                          num_keys, out, out_stride);
+        value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
+                                                 out_stride);
       } else {
-        value_in_place_rows<kMasked, RB - 1>(rows, p, row_stride, values, value_stride, num_keys,
-                                             out, out_stride);
+        value_in_place_rows<RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
+                                    out_stride);
       }
     }
   }
 
-  template <bool kMasked>
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out,
@@ -332,10 +373,9 @@ struct SdpaKernel {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
         for (std::int64_t c = 0; c < kDv; c += kColumns) {
           for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
-            value_in_place_rows<kMasked>(std::min<std::int64_t>(kFullRowRows, rows - r),
-                                         p + n * row_stride + r, row_stride,
-                                         values + n * value_stride + c, value_stride, keys,
-                                         out + r * out_stride + c, out_stride);
+            value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
+                                p + n * row_stride + r, row_stride, values + n * value_stride + c,
+                                value_stride, keys, out + r * out_stride + c, out_stride);
           }
         }
       }
@@ -620,21 +660,21 @@ struct SdpaKernel {
               S::store(sink + r, mass);
             }
           }
-          // Blocks some rows see only in part take the masked tiles (zero weights skip their V).
+          // In a block some rows see only in part, a zero weight times NaN or Inf in V would
+          // reach rows that do not see that key: such blocks with non-finite V skip zero weights.
+          bool tiles = full;
           if (values_in_place) {
-            if (full) {
-              accumulate_full_row_values<false>(w.scores, rs, rows, v_block, v_stride, nb, out,
-                                                dvp);
-            } else {
-              accumulate_full_row_values<true>(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
-            }
+            tiles = tiles || values_finite(v_block, v_stride, nb, dv);
+            if (tiles)
+              accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
           } else {
-            pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
-            if (full) {
-              accumulate_packed_values<false>(w.scores, rs, rows, w.v_packed, nb, dvp, out);
-            } else {
-              accumulate_packed_values<true>(w.scores, rs, rows, w.v_packed, nb, dvp, out);
-            }
+            const bool finite = pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
+            tiles = tiles || finite;
+            if (tiles) accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+          }
+          if (!tiles) {
+            accumulate_values_skipping_zero_weights(w.scores, rs, rows, v_block, v_stride, nb, dv,
+                                                    out, dvp);
           }
         }
       }
