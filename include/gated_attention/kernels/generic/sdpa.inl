@@ -182,7 +182,7 @@ struct SdpaKernel {
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[(j * kKvBlock + n) * L],
   // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1. Returns
   // whether every value is finite (then a zero weight times any value is 0, and partly masked
-  // blocks need no masked tiles).
+  // blocks can take the value tiles).
   static bool pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                           std::int64_t dv, std::int64_t dv_padded, float* packed) {
     const V zero = S::zero();
