@@ -180,13 +180,9 @@ struct SdpaKernel {
   }
 
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[(j * kKvBlock + n) * L],
-  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1. Returns
-  // whether every value is finite (then a zero weight times any value is 0, and partly masked
-  // blocks can take the value tiles).
-  static bool pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
+  static void pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                           std::int64_t dv, std::int64_t dv_padded, float* packed) {
-    const V zero = S::zero();
-    V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
     for (std::int64_t n = 0; n < num_keys; ++n) {
       const KvT* row = values + n * value_stride;
       for (std::int64_t j = 0; j * L < dv_padded; ++j) {
@@ -195,13 +191,12 @@ struct SdpaKernel {
                                 : S::load_partial(
                                       row + c, static_cast<int>(std::max<std::int64_t>(0, dv - c)));
         S::store(packed + (j * kKvBlock + n) * L, x);
-        non_finite = S::fma(x, zero, non_finite);
       }
     }
-    return S::reduce_add(non_finite) == 0.0f;
   }
 
-  // Whether every value of num_keys V rows is finite.
+  // Whether every value of num_keys V rows is finite (then a zero weight times any of them is 0,
+  // and a block some rows see only in part can take the value tiles).
   static bool values_finite(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                             std::int64_t dv) {
     const V zero = S::zero();
@@ -662,19 +657,14 @@ struct SdpaKernel {
           }
           // In a block some rows see only in part, a zero weight times NaN or Inf in V would
           // reach rows that do not see that key: such blocks with non-finite V skip zero weights.
-          bool tiles = full;
-          if (values_in_place) {
-            tiles = tiles || values_finite(v_block, v_stride, nb, dv);
-            if (tiles)
-              accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
-          } else {
-            const bool finite = pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
-            tiles = tiles || finite;
-            if (tiles) accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
-          }
-          if (!tiles) {
+          if (!full && !values_finite(v_block, v_stride, nb, dv)) {
             accumulate_values_skipping_zero_weights(w.scores, rs, rows, v_block, v_stride, nb, dv,
                                                     out, dvp);
+          } else if (values_in_place) {
+            accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp);
+          } else {
+            pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
+            accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
           }
         }
       }
