@@ -65,6 +65,21 @@ struct SdpaKernel {
     }
   }
 
+  // The last count < KB keys of a block in one tile of count keys: a tile per key would leave one
+  // accumulator chain per row vector, bound by the FMA latency.
+  template <int RV, int KB>
+  static void score_keys_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
+                                   const float* panel, std::int64_t dk, float* s,
+                                   std::int64_t row_stride) {
+    if constexpr (KB > 0) {
+      if (count == KB) {
+        score_tile<KB, RV>(keys, key_stride, panel, dk, s, row_stride);
+      } else {
+        score_keys_remainder<RV, KB - 1>(count, keys, key_stride, panel, dk, s, row_stride);
+      }
+    }
+  }
+
   template <int KB, int RV>
   static void score_panel(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
                           const float* panel, std::int64_t dk, float* s, std::int64_t row_stride) {
@@ -73,9 +88,9 @@ struct SdpaKernel {
       score_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
                          row_stride);
     }
-    for (; n < num_keys; ++n) {
-      score_tile<1, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
-                        row_stride);
+    if (n < num_keys) {
+      score_keys_remainder<RV, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, panel, dk,
+                                       s + n * row_stride, row_stride);
     }
   }
 
@@ -502,20 +517,13 @@ struct SdpaKernel {
   static void prefetch_gate_rows(const SdpaArgs<T, KvT>& a, const SdpaUnit& u, std::int64_t i0,
                                  std::int64_t rows, std::int64_t g, std::int64_t heads,
                                  std::int64_t dv) {
-#if defined(__GNUC__) || defined(__clang__)
     const std::int64_t bytes =
         a.gate.values.strides[4] == 0 ? 1 : dv * static_cast<std::int64_t>(sizeof(T));
     for (std::int64_t h = 0; h < heads; ++h) {
       for (std::int64_t r = 0; r < rows; ++r) {
-        const char* row = reinterpret_cast<const char*>(
-            &a.gate.values(u.batch, i0 + r / g, u.kv_head + h, r % g, 0));
-        for (std::int64_t offset = 0; offset < bytes; offset += 64)
-          __builtin_prefetch(row + offset);
+        prefetch_rows(&a.gate.values(u.batch, i0 + r / g, u.kv_head + h, r % g, 0), 0, 1, bytes);
       }
     }
-#else
-    (void)a, (void)u, (void)i0, (void)rows, (void)g, (void)heads, (void)dv;
-#endif
   }
 
   static void task(void* context, std::int64_t task_index, int worker) {
