@@ -23,4 +23,17 @@ inline void prefetch_rows(const void* first, std::int64_t stride_bytes, std::int
 #endif
 }
 
+// Rows [0, rows) of a strided array, fetched a few at a time while a loop over the same indices
+// of another array runs (e.g. V rows while the scores of their keys are computed).
+struct RowPrefetch {
+  const void* first = nullptr;
+  std::int64_t stride_bytes = 0, rows = 0, bytes = 0;
+
+  void fetch(std::int64_t from, std::int64_t count) const {
+    if (from >= rows) return;
+    prefetch_rows(static_cast<const char*>(first) + from * stride_bytes, stride_bytes,
+                  from + count < rows ? count : rows - from, bytes);
+  }
+};
+
 }  // namespace gated_attention::kernels

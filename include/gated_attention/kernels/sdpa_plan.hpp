@@ -84,6 +84,8 @@ struct SdpaWorkerScratch {
   float* sink = nullptr;           // [row_stride] probability mass on the sink keys (per head)
   std::int64_t* key_lo = nullptr;  // [row_stride] first visible key per row
   std::int64_t* key_hi = nullptr;  // [row_stride] last visible key per row (< key_lo: none)
+  float* block_lo = nullptr;       // [row_stride] key_lo, then key_hi, relative to a masked
+  float* block_hi = nullptr;       //   block's first key and clamped to it: small exact floats
 };
 
 struct SdpaLayout {
@@ -115,6 +117,8 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_w
     s.sink = ws.allocate<float>(heads * rs);
     s.key_lo = ws.allocate<std::int64_t>(rs);
     s.key_hi = ws.allocate<std::int64_t>(rs);
+    s.block_lo = ws.allocate<float>(rs);
+    s.block_hi = ws.allocate<float>(rs);
     if (layout.workers != nullptr && (only_worker < 0 || only_worker == w)) layout.workers[w] = s;
   }
   if (p.splits > 1) {

@@ -156,13 +156,16 @@ struct SdpaKernel {
   template <int RB>
   static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
                              const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
-                             std::int64_t row_stride) {
-    constexpr int KB = 4;  // 4 keys x 4 rows: 8 loads per 16 FMAs
+                             std::int64_t row_stride, const RowPrefetch& next) {
+    // Up to 4 keys x 4 rows (8 loads per 16 FMAs), as many keys as the register budget holds.
+    constexpr int KB = std::min(4, S::kRowBlock * S::kDimVectors / kDotRowBlock);
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
+      next.fetch(n, KB);
       score_dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
                              s + n * row_stride, row_stride);
     }
+    next.fetch(n, num_keys - n);
     for (; n < num_keys; ++n) {
       score_dot_tile<1, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
                             s + n * row_stride, row_stride);
@@ -174,23 +177,27 @@ struct SdpaKernel {
   template <int RB = kDotRowBlock>
   static void score_dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                               std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                              std::int64_t dk, float* s, std::int64_t row_stride) {
+                              std::int64_t dk, float* s, std::int64_t row_stride,
+                              const RowPrefetch& next) {
     if constexpr (RB > 0) {
       if (rows == RB) {
-        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride);
+        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, next);
       } else {
         score_dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s,
-                                row_stride);
+                                row_stride, next);
       }
     }
   }
 
+  // next: rows to fetch alongside the keys (the block's V rows), during the first row group.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride) {
+                        std::int64_t dk, float* s, std::int64_t row_stride,
+                        const RowPrefetch& next) {
     for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
       score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
-                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride);
+                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride,
+                      r == 0 ? next : RowPrefetch{});
     }
   }
 
@@ -325,14 +332,20 @@ struct SdpaKernel {
 
   // Few rows (decode): V rows are read in place, a group of kFullRowKeys keys at a time (16 KB
   // at dv = 256, L1-resident while every row and column chunk reads it), in tiles of
-  // kFullRowRows rows x kFullRowVectors vectors (8 loads per 16 FMAs).
+  // kFullRowRows rows x kFullRowVectors vectors (AVX-512: 8 loads per 16 FMAs).
   static constexpr std::int64_t kFullRowKeys = 16;
   static constexpr int kFullRowRows = 4;
-  static constexpr int kFullRowVectors = kDv > 0 && kDv % L == 0 ? ((kDv / L) % 4 == 0   ? 4
-                                                                    : (kDv / L) % 3 == 0 ? 3
-                                                                    : (kDv / L) % 2 == 0 ? 2
-                                                                                         : 1)
-                                                                 : 0;
+  // The most whole vectors of a row tile that divide kDv and keep kFullRowRows x that many
+  // accumulators within the ISA's register budget (kRowBlock x kDimVectors); 0: dv not fixed or
+  // not whole vectors.
+  static constexpr int full_row_vectors() {
+    if (kDv <= 0 || kDv % L != 0) return 0;
+    for (int c = 4; c > 1; --c) {
+      if (c * kFullRowRows <= S::kRowBlock * S::kDimVectors && (kDv / L) % c == 0) return c;
+    }
+    return 1;
+  }
+  static constexpr int kFullRowVectors = full_row_vectors();
   // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
   static constexpr bool kFullRowValues = kFullRowVectors > 0;
 
@@ -373,21 +386,52 @@ struct SdpaKernel {
     }
   }
 
+  // Each group of keys fetches the next group's V rows, a few per column chunk.
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out,
                                          std::int64_t out_stride) {
     if constexpr (kFullRowValues) {
       constexpr std::int64_t kColumns = kFullRowVectors * L;
+      constexpr std::int64_t kChunks = kDv / kColumns;
       for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
-        for (std::int64_t c = 0; c < kDv; c += kColumns) {
+        const RowPrefetch next{values + (n + kFullRowKeys) * value_stride,
+                               static_cast<std::int64_t>(value_stride * sizeof(KvT)),
+                               std::max<std::int64_t>(0, num_keys - n - kFullRowKeys),
+                               static_cast<std::int64_t>(kDv * sizeof(KvT))};
+        const std::int64_t next_rows = std::min(kFullRowKeys, next.rows);
+        for (std::int64_t c = 0, chunk = 0; c < kDv; c += kColumns, ++chunk) {
+          const std::int64_t from = chunk * next_rows / kChunks;
+          next.fetch(from, (chunk + 1) * next_rows / kChunks - from);
           for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
             value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
                                 p + n * row_stride + r, row_stride, values + n * value_stride + c,
                                 value_stride, keys, out + r * out_stride + c, out_stride);
           }
         }
+      }
+    }
+  }
+
+  // Sets the scores of keys a row does not see to -inf, in a block of num_keys keys from key
+  // first: rows along lanes, each key's visibility tested by two vector compares.
+  static void mask_block(const SdpaWorkerScratch& w, std::int64_t first, std::int64_t num_keys,
+                         std::int64_t rows_v, std::int64_t row_stride) {
+    for (std::int64_t r = 0; r < rows_v; ++r) {
+      w.block_lo[r] =
+          static_cast<float>(std::clamp<std::int64_t>(w.key_lo[r] - first, 0, num_keys));
+      w.block_hi[r] =
+          static_cast<float>(std::clamp<std::int64_t>(w.key_hi[r] - first, -1, num_keys - 1));
+    }
+    const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const V key = S::set1(static_cast<float>(n));
+      float* s = w.scores + n * row_stride;
+      for (std::int64_t r = 0; r < rows_v; r += L) {
+        V x = S::select_less(key, S::load(w.block_lo + r), neg_inf, S::load(s + r));
+        x = S::select_less(S::load(w.block_hi + r), key, neg_inf, x);
+        S::store(s + r, x);
       }
     }
   }
@@ -606,11 +650,12 @@ struct SdpaKernel {
           for (std::int64_t r = rows; r < rows_v; ++r) w.scores[n * rs + r] = 0.0f;
         }
       }
-      const bool values_in_place = dot && kFullRowValues;
+      const bool values_in_place = rows <= L && kFullRowValues;
       const KvT* k_base = &a.k(u.batch, 0, u.kv_head, 0);
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
       const std::int64_t k_head_stride = a.k.strides[2], v_head_stride = a.v.strides[2];
+      constexpr auto kv_bytes = static_cast<std::int64_t>(sizeof(KvT));
       // Few rows: blocks of kDecodeKvBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
       const std::int64_t block = dot ? kDecodeKvBlock : kKvBlock;
@@ -634,19 +679,12 @@ struct SdpaKernel {
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
           if (dot) {
-            score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs);
+            score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
+                      RowPrefetch{v_block, v_stride * kv_bytes, nb, dv * kv_bytes});
           } else {
             scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
           }
-          if (!full) {
-            for (std::int64_t n = 0; n < nb; ++n) {
-              for (std::int64_t r = 0; r < rows_v; ++r) {
-                if (n0 + n < w.key_lo[r] || n0 + n > w.key_hi[r]) {
-                  w.scores[n * rs + r] = -std::numeric_limits<float>::infinity();
-                }
-              }
-            }
-          }
+          if (!full) mask_block(w, n0, nb, rows_v, rs);
           float* alpha = w.alpha + h * rs;
           softmax_block(w.scores, nb, rows_v, rs, w.max + h * rs, w.sum + h * rs, alpha);
           for (std::int64_t r = 0; r < rows; ++r) {
