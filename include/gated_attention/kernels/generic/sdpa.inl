@@ -556,18 +556,19 @@ struct SdpaKernel {
     }
   }
 
-  // Starts fetching the gate rows the epilogue will read: they are strided by the heads, which the
-  // hardware prefetcher does not follow, and the key loop in between hides the latency.
-  static void prefetch_gate_rows(const SdpaArgs<T, KvT>& a, const SdpaUnit& u, std::int64_t i0,
-                                 std::int64_t rows, std::int64_t g, std::int64_t heads,
-                                 std::int64_t dv) {
-    const std::int64_t bytes =
-        a.gate.values.strides[4] == 0 ? 1 : dv * static_cast<std::int64_t>(sizeof(T));
-    for (std::int64_t h = 0; h < heads; ++h) {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        prefetch_rows(&a.gate.values(u.batch, i0 + r / g, u.kv_head + h, r % g, 0), 0, 1, bytes);
-      }
+  // Rows ahead of the one being finalised whose gate (read) and output (written) lines are
+  // fetched: both are strided by the heads, which the hardware prefetcher does not follow.
+  static constexpr std::int64_t kEpilogueAhead = 4;
+
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_epilogue_row(const SdpaArgs<T, KvT>& a,
+                                                                  const SdpaUnit& u, std::int64_t i,
+                                                                  std::int64_t j, std::int64_t dv) {
+    const auto row_bytes = static_cast<std::int64_t>(dv * sizeof(T));
+    if (a.gate.enabled()) {
+      prefetch_rows(&a.gate.values(u.batch, i, u.kv_head, j, 0), 0, 1,
+                    a.gate.values.strides[4] == 0 ? 1 : row_bytes);
     }
+    prefetch_rows<true>(&a.out(u.batch, i, u.kv_head, j, 0), 0, 1, row_bytes);
   }
 
   static void task(void* context, std::int64_t task_index, int worker) {
@@ -625,7 +626,6 @@ struct SdpaKernel {
     std::fill(w.out, w.out + heads * out_size, 0.0f);
     const bool track_sink = a.stats.sink_share.data != nullptr;
     if (track_sink) std::fill(w.sink, w.sink + heads * rs, 0.0f);
-    if (a.gate.enabled() && p.splits == 1) prefetch_gate_rows(a, u, i0, rows, g, heads, dv);
 
     if (begin < end) {
       const bool dot = use_dot_scores(rows);
@@ -723,7 +723,12 @@ struct SdpaKernel {
       const float* sink = w.sink + h * rs;
       if (p.splits == 1) {
         const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
+        for (std::int64_t r = 0; r < std::min(rows, kEpilogueAhead); ++r) {
+          prefetch_epilogue_row(a, head_unit, i0 + r / g, r % g, dv);
+        }
         for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t ahead = r + kEpilogueAhead;
+          if (ahead < rows) prefetch_epilogue_row(a, head_unit, i0 + ahead / g, ahead % g, dv);
           finalize_row(ctx, head_unit, i0 + r / g, r % g, out + r * dvp, max[r], sum[r],
                        track_sink ? sink[r] : 0.0f, dv);
         }
@@ -756,7 +761,14 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
   const std::int64_t rows = std::min(p.q_block, p.q_len - i0) * g;
   for (std::int64_t h = 0; h < heads; ++h) {
     const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
+    const SdpaArgs<T, KvT>& a = *ctx.args;
+    for (std::int64_t r = 0; r < std::min(rows, Kernel::kEpilogueAhead); ++r) {
+      Kernel::prefetch_epilogue_row(a, head_unit, i0 + r / g, r % g, p.dv);
+    }
     for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t ahead = r + Kernel::kEpilogueAhead;
+      if (ahead < rows)
+        Kernel::prefetch_epilogue_row(a, head_unit, i0 + ahead / g, ahead % g, p.dv);
       float max = -std::numeric_limits<float>::infinity();
       for (std::int64_t s = 0; s < p.splits; ++s) {
         max = std::max(max, l.partial_max[((unit_index * p.splits + s) * heads + h) * rs + r]);
