@@ -396,14 +396,14 @@ struct SdpaKernel {
       constexpr std::int64_t kChunks = kDv / kColumns;
       for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
-        const RowPrefetch next{values + (n + kFullRowKeys) * value_stride,
-                               static_cast<std::int64_t>(value_stride * sizeof(KvT)),
-                               std::max<std::int64_t>(0, num_keys - n - kFullRowKeys),
-                               static_cast<std::int64_t>(kDv * sizeof(KvT))};
-        const std::int64_t next_rows = std::min(kFullRowKeys, next.rows);
+        const RowPrefetch next{
+            values + (n + kFullRowKeys) * value_stride,
+            static_cast<std::int64_t>(value_stride * sizeof(KvT)),
+            std::clamp<std::int64_t>(num_keys - n - kFullRowKeys, 0, kFullRowKeys),
+            static_cast<std::int64_t>(kDv * sizeof(KvT))};
         for (std::int64_t c = 0, chunk = 0; c < kDv; c += kColumns, ++chunk) {
-          const std::int64_t from = chunk * next_rows / kChunks;
-          next.fetch(from, (chunk + 1) * next_rows / kChunks - from);
+          const std::int64_t from = chunk * next.rows / kChunks;
+          next.fetch(from, (chunk + 1) * next.rows / kChunks - from);
           for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
             value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
                                 p + n * row_stride + r, row_stride, values + n * value_stride + c,
@@ -571,6 +571,18 @@ struct SdpaKernel {
     prefetch_rows<true>(&a.out(u.batch, i, u.kv_head, j, 0), 0, 1, row_bytes);
   }
 
+  // Called before finalising row r of `rows` (query i0 + r / g, head r % g): fetches row
+  // r + kEpilogueAhead, and at r = 0 the rows before it too.
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_epilogue(const SdpaArgs<T, KvT>& a,
+                                                              const SdpaUnit& u, std::int64_t i0,
+                                                              std::int64_t g, std::int64_t rows,
+                                                              std::int64_t r, std::int64_t dv) {
+    const std::int64_t last = std::min(rows - 1, r + kEpilogueAhead);
+    for (std::int64_t ahead = r == 0 ? 0 : r + kEpilogueAhead; ahead <= last; ++ahead) {
+      prefetch_epilogue_row(a, u, i0 + ahead / g, ahead % g, dv);
+    }
+  }
+
   static void task(void* context, std::int64_t task_index, int worker) {
     const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
     const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
@@ -723,12 +735,8 @@ struct SdpaKernel {
       const float* sink = w.sink + h * rs;
       if (p.splits == 1) {
         const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
-        for (std::int64_t r = 0; r < std::min(rows, kEpilogueAhead); ++r) {
-          prefetch_epilogue_row(a, head_unit, i0 + r / g, r % g, dv);
-        }
         for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t ahead = r + kEpilogueAhead;
-          if (ahead < rows) prefetch_epilogue_row(a, head_unit, i0 + ahead / g, ahead % g, dv);
+          prefetch_epilogue(a, head_unit, i0, g, rows, r, dv);
           finalize_row(ctx, head_unit, i0 + r / g, r % g, out + r * dvp, max[r], sum[r],
                        track_sink ? sink[r] : 0.0f, dv);
         }
@@ -761,14 +769,8 @@ void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
   const std::int64_t rows = std::min(p.q_block, p.q_len - i0) * g;
   for (std::int64_t h = 0; h < heads; ++h) {
     const SdpaUnit head_unit{u.batch, u.kv_head + h, u.q_block};
-    const SdpaArgs<T, KvT>& a = *ctx.args;
-    for (std::int64_t r = 0; r < std::min(rows, Kernel::kEpilogueAhead); ++r) {
-      Kernel::prefetch_epilogue_row(a, head_unit, i0 + r / g, r % g, p.dv);
-    }
     for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t ahead = r + Kernel::kEpilogueAhead;
-      if (ahead < rows)
-        Kernel::prefetch_epilogue_row(a, head_unit, i0 + ahead / g, ahead % g, p.dv);
+      Kernel::prefetch_epilogue(*ctx.args, head_unit, i0, g, rows, r, p.dv);
       float max = -std::numeric_limits<float>::infinity();
       for (std::int64_t s = 0; s < p.splits; ++s) {
         max = std::max(max, l.partial_max[((unit_index * p.splits + s) * heads + h) * rs + r]);
