@@ -28,6 +28,17 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_rows(const void* first, std::int64_t
 #endif
 }
 
+// Starts fetching the line that holds p into L2, not L1: data that a later block reads, fetched
+// while the current block works from L1 (a KV cache streamed faster than the hardware prefetcher
+// alone brings it in).
+GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 2);
+#else
+  (void)p;
+#endif
+}
+
 // Rows [0, rows) of a strided array, fetched a few at a time while a loop over the same indices
 // of another array runs (e.g. V rows while the scores of their keys are computed).
 struct RowPrefetch {

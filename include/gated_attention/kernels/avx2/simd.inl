@@ -36,6 +36,8 @@ struct Simd {
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_castsi256_ps(bits);
   }
+  // p * 2^n for integral n in [-126, 127].
+  static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
   static V select_less(V a, V b, V if_less, V otherwise) {
     return _mm256_blendv_ps(otherwise, if_less, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
   }

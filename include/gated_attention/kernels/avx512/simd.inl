@@ -29,12 +29,8 @@ struct Simd {
   static V round_nearest(V x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  // 2^n for integral n in [-126, 127].
-  static V pow2_integral(V n) {
-    const __m512i bits =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_castsi512_ps(bits);
-  }
+  // p * 2^n for integral n in [-126, 127].
+  static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
   // a < b ? if_less : otherwise, per lane.
   static V select_less(V a, V b, V if_less, V otherwise) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), otherwise, if_less);

@@ -38,6 +38,8 @@ struct Simd {
     const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
     return vreinterpretq_f32_s32(bits);
   }
+  // p * 2^n for integral n in [-126, 127].
+  static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
   static V select_less(V a, V b, V if_less, V otherwise) {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }

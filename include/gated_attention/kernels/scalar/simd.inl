@@ -34,6 +34,8 @@ struct Simd {
     std::memcpy(&r, &bits, sizeof r);
     return r;
   }
+  // p * 2^n for integral n in [-126, 127].
+  static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
   static float reduce_add(V v) { return v; }
   static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
