@@ -9,7 +9,7 @@
 // and over the whole output NMSE = sum (got - ref)^2 / sum ref^2 <= 1e-10. Why: the kernels keep
 // scores, the online-softmax sums and the P.V accumulators in f32. A sum of n positive terms in
 // f32 is off by at most ~n * 6e-8 relative (6e-5 for the ~1e3 keys of the longest case here, well
-// under rtol) and typically ~sqrt(n) * 6e-8; exp2 is a degree-7 polynomial with 2e-7 relative
+// under rtol) and typically ~sqrt(n) * 6e-8; exp2 is a degree-6 polynomial with 2e-7 relative
 // error; q is pre-scaled by scale * log2(e) in f32. atol covers outputs that are near 0 because
 // the weighted values (uniform in [-1, 1]) cancel: there the error is relative to |v| ~ 1, not to
 // |out|. NMSE 1e-10 (relative RMS error 1e-5) is much tighter than the worst element allows, so a
