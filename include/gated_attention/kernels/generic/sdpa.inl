@@ -711,6 +711,9 @@ struct SdpaKernel {
         // tile step, while this block's tiles run (the hardware prefetcher stops at every 4 KiB
         // page and keeps too few lines in flight: qwen3next_decode_32k ran 1.2-1.3x slower).
         const bool fetch_ahead = dot && n0 + 2 * block <= end;
+        // A block the previous one fetched into L2 has its V rows fetched into L1 no more: the
+        // burst of L1 fetches at each tile held the line fill buffers that the K loads wait for.
+        const bool in_l2 = dot && n0 > begin && n0 + block <= end;
         // All of the unit's heads on this block in turn: their K/V rows share cache lines' pages
         // and are read together.
         for (std::int64_t h = 0; h < heads; ++h) {
@@ -719,7 +722,8 @@ struct SdpaKernel {
           float* out = w.out + h * out_size;
           if (dot) {
             score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
-                      RowPrefetch{v_block, v_stride * kv_bytes, nb, dv * kv_bytes},
+                      in_l2 ? RowPrefetch{}
+                            : RowPrefetch{v_block, v_stride * kv_bytes, nb, dv * kv_bytes},
                       fetch_ahead ? k_block + block * k_stride : nullptr);
           } else {
             scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
