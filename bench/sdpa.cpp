@@ -1,7 +1,8 @@
 // sdpa/<gate>/f32/<shape>/threads:<n>: the fused SDPA op on the named shapes, causal, with no gate,
 // a headwise gate or an elementwise gate. Counters: flops (useful FLOP/s) and, for decode shapes,
 // bytes_per_second (K/V bytes read per second). sdpa_stats/elementwise/...: the same with every
-// AttentionStats output on.
+// AttentionStats output on. gate_overhead/<headwise|elementwise>/...: counter ratio, the median
+// of paired gated / ungated call times (sdpa_case.hpp).
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -25,6 +26,13 @@ int register_sdpa() {
                                  "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), run_sdpa, s, gate, threads, false)
             ->Unit(benchmark::kMillisecond);
+        if (gate != Gate::none) {
+          const std::string pair_name = std::string("gate_overhead/") + gate_name(gate) + "/f32/" +
+                                        s.name + "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_gate_overhead, s, gate,
+                                       threads)
+              ->Unit(benchmark::kMillisecond);
+        }
         if (gate == Gate::elementwise) {  // the statistics' cost: compare with sdpa/elementwise
           const std::string stats_name = std::string("sdpa_stats/elementwise/f32/") + s.name +
                                          "/threads:" + std::to_string(threads);

@@ -1,12 +1,13 @@
-// One SDPA benchmark case, shared by sdpa/... (named shapes) and sweep/... (sequence lengths):
-// causal, bottom-right aligned, f32, no gate / headwise gate / elementwise gate. Counters: flops
-// (useful FLOP/s) and, for decode shapes, bytes_per_second (K/V bytes read per second). Label:
-// the ISA path that ran (ga::sdpa_path()).
+// One SDPA benchmark case, shared by sdpa/... and gate_overhead/... (named shapes) and sweep/...
+// (sequence lengths): causal, bottom-right aligned, f32, no gate / headwise gate / elementwise
+// gate. Counters: flops (useful FLOP/s) and, for decode shapes, bytes_per_second (K/V bytes read
+// per second). Label: the ISA path that ran (ga::sdpa_path()).
 #pragma once
 
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -37,30 +38,56 @@ inline std::vector<float> random_buffer(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
+// The buffers and arguments of one case: q, k, v, out and a gate buffer; no gate set.
+struct SdpaCase {
+  AttentionShape shape;
+  std::vector<float> q, k, v, g, out;
+  SdpaArgs<float> args;
+
+  explicit SdpaCase(const AttentionShape& s)
+      : shape(s),
+        q(random_buffer(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim), 1)),
+        k(random_buffer(static_cast<std::size_t>(s.batch * s.kv_len * s.kv_heads * s.head_dim), 2)),
+        v(random_buffer(static_cast<std::size_t>(s.batch * s.kv_len * s.kv_heads * s.head_dim), 3)),
+        g(random_buffer(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim), 4)),
+        out(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim)) {
+    const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads, d = s.head_dim;
+    args.q =
+        split_heads(TensorView<const float, 4>::contiguous(q.data(), {b, s.q_len, hq, d}), hkv);
+    args.k = TensorView<const float, 4>::contiguous(k.data(), {b, s.kv_len, hkv, d});
+    args.v = TensorView<const float, 4>::contiguous(v.data(), {b, s.kv_len, hkv, d});
+    args.out = split_heads(TensorView<float, 4>::contiguous(out.data(), {b, s.q_len, hq, d}), hkv);
+    args.mask = Mask::causal();
+  }
+
+  // The arguments with `gate` read from g. Headwise: one value per head, broadcast over d (stride
+  // 0).
+  SdpaArgs<float> gated(Gate gate) const {
+    SdpaArgs<float> a = args;
+    if (gate != Gate::none) {
+      const AttentionShape& s = shape;
+      const std::int64_t b = s.batch, hq = s.q_heads, d = s.head_dim;
+      const std::int64_t dim_stride = gate == Gate::headwise ? 0 : 1;
+      a.gate.values =
+          split_heads(TensorView<const float, 4>(g.data(), {b, s.q_len, hq, d},
+                                                 {s.q_len * hq * d, hq * d, d, dim_stride}),
+                      s.kv_heads);
+    }
+    return a;
+  }
+};
+
+inline double seconds_between(std::chrono::steady_clock::time_point a,
+                              std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 // stats: also write every AttentionStats output (the sdpa_stats/... rows).
 inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
                      bool stats) {
-  const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads, d = s.head_dim;
-  const auto q = random_buffer(static_cast<std::size_t>(b * s.q_len * hq * d), 1);
-  const auto k = random_buffer(static_cast<std::size_t>(b * s.kv_len * hkv * d), 2);
-  const auto v = random_buffer(static_cast<std::size_t>(b * s.kv_len * hkv * d), 3);
-  const auto g = random_buffer(static_cast<std::size_t>(b * s.q_len * hq * d), 4);
-  std::vector<float> out(static_cast<std::size_t>(b * s.q_len * hq * d));
-
-  SdpaArgs<float> args;
-  args.q = split_heads(TensorView<const float, 4>::contiguous(q.data(), {b, s.q_len, hq, d}), hkv);
-  args.k = TensorView<const float, 4>::contiguous(k.data(), {b, s.kv_len, hkv, d});
-  args.v = TensorView<const float, 4>::contiguous(v.data(), {b, s.kv_len, hkv, d});
-  args.out = split_heads(TensorView<float, 4>::contiguous(out.data(), {b, s.q_len, hq, d}), hkv);
-  args.mask = Mask::causal();
-  if (gate != Gate::none) {
-    // Headwise: one value per head, broadcast over d (stride 0).
-    const std::int64_t dim_stride = gate == Gate::headwise ? 0 : 1;
-    args.gate.values =
-        split_heads(TensorView<const float, 4>(g.data(), {b, s.q_len, hq, d},
-                                               {s.q_len * hq * d, hq * d, d, dim_stride}),
-                    hkv);
-  }
+  SdpaCase c(s);
+  SdpaArgs<float> args = c.gated(gate);
+  const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads;
 
   // Statistics: every per-row output of AttentionStats, [b, q_len, kv_heads, group].
   const std::array<std::int64_t, 4> stats_extents = {b, s.q_len, hkv, hq / hkv};
@@ -87,14 +114,48 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
   for (auto _ : state) {
     const Status s_run = run(args, Workspace(workspace.data(), workspace.size()), executor);
     if (!s_run) state.SkipWithError(s_run.message());
-    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(c.out.data());
     ++calls;
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = seconds_between(start, std::chrono::steady_clock::now());
   state.counters["flops"] = s.useful_flops() * static_cast<double>(calls) / seconds;
   if (s.decode)
     state.counters["bytes_per_second"] = s.kv_bytes() * static_cast<double>(calls) / seconds;
+  state.SetLabel(sdpa_path());
+}
+
+// gate_overhead/...: each iteration runs the ungated and the gated call back to back on the same
+// buffers (in alternating order) and records gated time / ungated time; counter `ratio` is the
+// median of those paired ratios. Drift of the machine's speed, which moves separately timed rows
+// by several percent, cancels within a pair.
+inline void run_gate_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+  SdpaCase c(s);
+  const SdpaArgs<float> args[2] = {c.gated(Gate::none), c.gated(gate)};
+  ThreadPool pool(threads);
+  const Executor executor = threads > 1 ? pool.executor() : Executor{};
+  std::vector<unsigned char> workspace(
+      std::max(workspace_size(args[0], executor), workspace_size(args[1], executor)));
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    double seconds[2] = {0.0, 0.0};
+    const int first = static_cast<int>(ratios.size() % 2);
+    for (int i = 0; i < 2; ++i) {
+      const int which = (first + i) % 2;
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status s_run =
+          run(args[which], Workspace(workspace.data(), workspace.size()), executor);
+      seconds[which] = seconds_between(t0, std::chrono::steady_clock::now());
+      if (!s_run) state.SkipWithError(s_run.message());
+    }
+    benchmark::DoNotOptimize(c.out.data());
+    ratios.push_back(seconds[1] / seconds[0]);
+  }
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+    state.counters["pairs"] = static_cast<double>(n);
+  }
   state.SetLabel(sdpa_path());
 }
 
