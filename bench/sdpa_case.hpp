@@ -60,6 +60,24 @@ struct SdpaCase {
     args.mask = Mask::causal();
   }
 
+  // [5, b, q_len, kv_heads, group]: every per-row output of AttentionStats.
+  std::vector<float> stats_buffers;
+
+  // args with every AttentionStats output written to stats_buffers.
+  SdpaArgs<float> with_stats(SdpaArgs<float> a) {
+    const AttentionShape& s = shape;
+    const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads;
+    stats_buffers.resize(5 * static_cast<std::size_t>(b * s.q_len * hq));
+    TensorView<float, 4>* views[] = {&a.stats.sink_share, &a.stats.gate_mean,
+                                     &a.stats.gate_below_0_1, &a.stats.max_abs_before,
+                                     &a.stats.max_abs_after};
+    for (int i = 0; i < 5; ++i) {
+      *views[i] = TensorView<float, 4>::contiguous(stats_buffers.data() + i * b * s.q_len * hq,
+                                                   {b, s.q_len, hkv, hq / hkv});
+    }
+    return a;
+  }
+
   // The arguments with `gate` read from g. Headwise: one value per head, broadcast over d (stride
   // 0).
   SdpaArgs<float> gated(Gate gate) const {
@@ -86,21 +104,7 @@ inline double seconds_between(std::chrono::steady_clock::time_point a,
 inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
                      bool stats) {
   SdpaCase c(s);
-  SdpaArgs<float> args = c.gated(gate);
-  const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads;
-
-  // Statistics: every per-row output of AttentionStats, [b, q_len, kv_heads, group].
-  const std::array<std::int64_t, 4> stats_extents = {b, s.q_len, hkv, hq / hkv};
-  std::vector<float> stats_buffers(stats ? 5 * static_cast<std::size_t>(b * s.q_len * hq) : 0);
-  if (stats) {
-    TensorView<float, 4>* views[] = {&args.stats.sink_share, &args.stats.gate_mean,
-                                     &args.stats.gate_below_0_1, &args.stats.max_abs_before,
-                                     &args.stats.max_abs_after};
-    for (int i = 0; i < 5; ++i) {
-      *views[i] = TensorView<float, 4>::contiguous(stats_buffers.data() + i * b * s.q_len * hq,
-                                                   stats_extents);
-    }
-  }
+  const SdpaArgs<float> args = stats ? c.with_stats(c.gated(gate)) : c.gated(gate);
   ThreadPool pool(threads);
   const Executor executor = threads > 1 ? pool.executor() : Executor{};
   std::vector<unsigned char> workspace(workspace_size(args, executor));
@@ -127,10 +131,13 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
 // gate_overhead/...: each iteration runs the ungated and the gated call back to back on the same
 // buffers (in alternating order) and records gated time / ungated time; counter `ratio` is the
 // median of those paired ratios. Drift of the machine's speed, which moves separately timed rows
-// by several percent, cancels within a pair.
-inline void run_gate_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+// by several percent, cancels within a pair. stats (stats_overhead/...): the pair is the gated
+// call without and with every AttentionStats output.
+inline void run_gate_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+                              bool stats) {
   SdpaCase c(s);
-  const SdpaArgs<float> args[2] = {c.gated(Gate::none), c.gated(gate)};
+  const SdpaArgs<float> args[2] = {stats ? c.gated(gate) : c.gated(Gate::none),
+                                   stats ? c.with_stats(c.gated(gate)) : c.gated(gate)};
   ThreadPool pool(threads);
   const Executor executor = threads > 1 ? pool.executor() : Executor{};
   std::vector<unsigned char> workspace(
