@@ -694,6 +694,7 @@ struct SdpaKernel {
       // Few rows: blocks of kDecodeKvBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
       const std::int64_t block = dot ? kDecodeKvBlock : kKvBlock;
+      bool in_l2 = false;  // this block's K/V rows were fetched into L2 by the previous block
       for (std::int64_t n0 = begin; n0 < end; n0 += block) {
         const std::int64_t nb = std::min(block, end - n0);
         const std::int64_t n1 = n0 + nb - 1;
@@ -706,21 +707,22 @@ struct SdpaKernel {
           any = true;
           if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
         }
-        if (!any) continue;
+        if (!any) {
+          in_l2 = false;
+          continue;
+        }
         // Decode streams K/V from memory: the next block's rows are fetched into L2, a line per
         // tile step, while this block's tiles run (the hardware prefetcher stops at every 4 KiB
         // page and keeps too few lines in flight: qwen3next_decode_32k ran 1.2-1.3x slower).
         const bool fetch_ahead = dot && n0 + 2 * block <= end;
-        // A block the previous one fetched into L2 has its V rows fetched into L1 no more: the
-        // burst of L1 fetches at each tile held the line fill buffers that the K loads wait for.
-        const bool in_l2 = dot && n0 > begin && n0 + block <= end;
         // All of the unit's heads on this block in turn: their K/V rows share cache lines' pages
         // and are read together.
         for (std::int64_t h = 0; h < heads; ++h) {
           const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
-          if (dot) {
+          if (dot) {  // V rows already in L2 are not fetched into L1 as well: that burst of
+                      // fetches held the fill buffers the K loads wait for
             score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
                       in_l2 ? RowPrefetch{}
                             : RowPrefetch{v_block, v_stride * kv_bytes, nb, dv * kv_bytes},
@@ -758,6 +760,7 @@ struct SdpaKernel {
             accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
           }
         }
+        in_l2 = fetch_ahead;
       }
     }
 
