@@ -30,7 +30,7 @@ int register_sdpa() {
         if (gate != Gate::none) {
           const std::string pair_name = std::string("gate_overhead/") + gate_name(gate) + "/f32/" +
                                         s.name + "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_gate_overhead, s, gate,
+          benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_paired_overhead, s, gate,
                                        threads, false)
               ->Unit(benchmark::kMillisecond);
         }
@@ -41,7 +41,7 @@ int register_sdpa() {
               ->Unit(benchmark::kMillisecond);
           const std::string pair_name = std::string("stats_overhead/elementwise/f32/") + s.name +
                                         "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_gate_overhead, s, gate,
+          benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_paired_overhead, s, gate,
                                        threads, true)
               ->Unit(benchmark::kMillisecond);
         }

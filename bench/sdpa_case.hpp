@@ -38,10 +38,12 @@ inline std::vector<float> random_buffer(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
-// The buffers and arguments of one case: q, k, v, out and a gate buffer; no gate set.
+// The buffers and arguments of one case: q, k, v, out, a gate buffer and the statistics' buffer;
+// no gate set.
 struct SdpaCase {
   AttentionShape shape;
   std::vector<float> q, k, v, g, out;
+  std::vector<float> stats_buffers;  // [5, b, q_len, kv_heads, group]: each AttentionStats output
   SdpaArgs<float> args;
 
   explicit SdpaCase(const AttentionShape& s)
@@ -50,7 +52,8 @@ struct SdpaCase {
         k(random_buffer(static_cast<std::size_t>(s.batch * s.kv_len * s.kv_heads * s.head_dim), 2)),
         v(random_buffer(static_cast<std::size_t>(s.batch * s.kv_len * s.kv_heads * s.head_dim), 3)),
         g(random_buffer(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim), 4)),
-        out(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim)) {
+        out(static_cast<std::size_t>(s.batch * s.q_len * s.q_heads * s.head_dim)),
+        stats_buffers(5 * static_cast<std::size_t>(s.batch * s.q_len * s.q_heads)) {
     const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads, d = s.head_dim;
     args.q =
         split_heads(TensorView<const float, 4>::contiguous(q.data(), {b, s.q_len, hq, d}), hkv);
@@ -60,14 +63,10 @@ struct SdpaCase {
     args.mask = Mask::causal();
   }
 
-  // [5, b, q_len, kv_heads, group]: every per-row output of AttentionStats.
-  std::vector<float> stats_buffers;
-
-  // args with every AttentionStats output written to stats_buffers.
+  // a with every AttentionStats output written to stats_buffers.
   SdpaArgs<float> with_stats(SdpaArgs<float> a) {
     const AttentionShape& s = shape;
     const std::int64_t b = s.batch, hq = s.q_heads, hkv = s.kv_heads;
-    stats_buffers.resize(5 * static_cast<std::size_t>(b * s.q_len * hq));
     TensorView<float, 4>* views[] = {&a.stats.sink_share, &a.stats.gate_mean,
                                      &a.stats.gate_below_0_1, &a.stats.max_abs_before,
                                      &a.stats.max_abs_after};
@@ -128,13 +127,14 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
   state.SetLabel(sdpa_path());
 }
 
-// gate_overhead/...: each iteration runs the ungated and the gated call back to back on the same
-// buffers (in alternating order) and records gated time / ungated time; counter `ratio` is the
-// median of those paired ratios. Drift of the machine's speed, which moves separately timed rows
-// by several percent, cancels within a pair. stats (stats_overhead/...): the pair is the gated
-// call without and with every AttentionStats output.
-inline void run_gate_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads,
-                              bool stats) {
+// gate_overhead/... and stats_overhead/...: each iteration runs a call without and a call with
+// the feature back to back on the same buffers (in alternating order) and records with / without
+// time; counter `ratio` is the median of those paired ratios. Drift of the machine's speed, which
+// moves separately timed rows by several percent, cancels within a pair. The feature: `gate`
+// (stats false, the pair is ungated / gated), or every AttentionStats output (stats true, the
+// pair is gated / gated with the statistics).
+inline void run_paired_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+                                bool stats) {
   SdpaCase c(s);
   const SdpaArgs<float> args[2] = {stats ? c.gated(gate) : c.gated(Gate::none),
                                    stats ? c.with_stats(c.gated(gate)) : c.gated(gate)};
