@@ -55,7 +55,7 @@ struct SdpaKernel {
     }
     for (std::int64_t d = 0; d < dk; ++d) {
       V q[RV];
-      for (int v = 0; v < RV; ++v) q[v] = S::load(panel + d * (RV * L) + v * L);
+      for (int v = 0; v < RV; ++v) q[v] = S::load_shared(panel + d * (RV * L) + v * L);
       for (int k = 0; k < KB; ++k) {
         const V kb = S::set1(keys[k * key_stride + d]);
         for (int v = 0; v < RV; ++v) acc[k][v] = S::fma(kb, q[v], acc[k][v]);
@@ -129,9 +129,9 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) prefetch_line_l2(keys_ahead + k * key_stride + d);
       }
       V kv[KB];
-      for (int k = 0; k < KB; ++k) kv[k] = S::load(keys + k * key_stride + d);
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_shared(keys + k * key_stride + d);
       for (int r = 0; r < RB; ++r) {
-        const V q = S::load(q_rows + r * q_stride + d);
+        const V q = S::load_shared(q_rows + r * q_stride + d);
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
@@ -143,7 +143,7 @@ struct SdpaKernel {
       V kv[KB];
       for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
       for (int r = 0; r < RB; ++r) {
-        const V q = S::load(q_rows + r * q_stride + full);
+        const V q = S::load_shared(q_rows + r * q_stride + full);
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
@@ -288,7 +288,7 @@ struct SdpaKernel {
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
       V v[CV];
-      for (int c = 0; c < CV; ++c) v[c] = S::load(packed + (c * kKvBlock + n) * L);
+      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(packed + (c * kKvBlock + n) * L);
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
@@ -380,7 +380,7 @@ struct SdpaKernel {
       }
       const KvT* row = values + n * value_stride;
       V v[CV];
-      for (int c = 0; c < CV; ++c) v[c] = S::load(row + c * L);
+      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(row + c * L);
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);

@@ -15,6 +15,8 @@ struct Simd {
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
   static V load(const float* p) { return *p; }
+  // A load that several FMAs of a tile use.
+  static V load_shared(const float* p) { return *p; }
   static void store(float* p, V v) { *p = v; }
   static V load_partial(const float* p, int n) { return n > 0 ? *p : 0.0f; }
   static void store_partial(float* p, V v, int n) {
