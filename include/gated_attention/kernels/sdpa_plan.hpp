@@ -15,10 +15,9 @@
 
 namespace gated_attention::kernels {
 
-inline constexpr std::int64_t kRowPadding = 16;     // rows padded to the widest vector
-inline constexpr std::int64_t kTargetRows = 256;    // rows per unit: fewer K/V passes from L3
-inline constexpr std::int64_t kKvBlock = 64;        // keys per block: S^T tile and P.V reuse
-inline constexpr std::int64_t kDecodeKvBlock = 16;  // keys per block with few rows (decode)
+inline constexpr std::int64_t kRowPadding = 16;   // rows padded to the widest vector
+inline constexpr std::int64_t kTargetRows = 256;  // rows per unit: fewer K/V passes from L3
+inline constexpr std::int64_t kKvBlock = 64;      // keys per block: S^T tile and P.V reuse
 inline constexpr std::int64_t kMinKeysPerSplit = 256;
 // Units with at most this many rows (decode) take every KV head of their batch entry, so each
 // K/V row is read whole: one sequential stream through the cache instead of one per head.

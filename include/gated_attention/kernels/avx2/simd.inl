@@ -11,6 +11,10 @@ struct Simd {
   static constexpr int kRowVectors = 2;
   static constexpr int kRowBlock = 6;
   static constexpr int kDimVectors = 2;
+  // Keys per block with few rows (decode). 8: V rows of a power-of-two stride map to few L1 sets,
+  // and 16 of them per column chunk (with the next block's rows fetched alongside) overflowed
+  // Zen 3's 8-way L1: 16 took 1.25-1.4x longer on qwen3next_decode_32k and llama8b_decode_8k.
+  static constexpr std::int64_t kDecodeBlock = 8;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
@@ -54,7 +58,12 @@ struct Simd {
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
   }
-  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
+  // out[i] = reduce_add(v[i]) for 4 vectors: 3 horizontal adds and one 128-bit fold.
+  static void reduce_add_4(const V (&v)[4], float* out) {
+    const V h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
   static float reduce_max(V v) {
     __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     b = _mm_max_ps(b, _mm_movehl_ps(b, b));

@@ -7,10 +7,11 @@
 struct Simd {
   using V = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kKeyBlock = 8;    // S^T microkernel: keys x row vectors
-  static constexpr int kRowVectors = 2;  //   8 x 2 = 16 accumulators of 32
-  static constexpr int kRowBlock = 8;    // P.V microkernel: rows x dv vectors
-  static constexpr int kDimVectors = 2;  //   8 x 2 = 16 accumulators
+  static constexpr int kKeyBlock = 8;               // S^T microkernel: keys x row vectors
+  static constexpr int kRowVectors = 2;             //   8 x 2 = 16 accumulators of 32
+  static constexpr int kRowBlock = 8;               // P.V microkernel: rows x dv vectors
+  static constexpr int kDimVectors = 2;             //   8 x 2 = 16 accumulators
+  static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
@@ -47,6 +48,10 @@ struct Simd {
   // out[k * stride + r] = reduce_add(v[k][r]) for 4 x 4 vectors, as a transpose-and-add tree:
   // 31 shuffles and 15 adds instead of 16 separate reductions of ~8 operations each.
   static constexpr bool kHasReduceAdd4x4 = true;
+  // out[i] = reduce_add(v[i]) for 4 vectors (tiles of fewer than 4 keys).
+  static void reduce_add_4(const V (&v)[4], float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = reduce_add(v[i]);
+  }
   static void reduce_add_4x4(const V (&v)[4][4], float* out, std::int64_t stride) {
     const V* x = &v[0][0];  // x[i], i = 4 k + r
     V a[8], b[4], c[2];

@@ -25,8 +25,10 @@ struct SdpaKernel {
   using V = S::V;
   static constexpr int L = S::kLanes;
   static constexpr int kLineFloats = static_cast<int>(kCacheLine / sizeof(KvT));
-  // Rows up to this count take the dot-product score kernel (half the lanes or fewer).
-  static constexpr int kMaxDotRows = L / 2;
+  // Rows up to this count take the dot-product score kernel: 8 on x86, where rows along the lanes
+  // of an AVX2 vector would need a broadcast load per FMA and were measured 1.1x slower at 8 rows
+  // (the load ports are the limit), half the lanes on NEON.
+  static constexpr int kMaxDotRows = L >= 8 ? 8 : L / 2;
   static bool use_dot_scores(std::int64_t rows) { return rows <= kMaxDotRows; }
 
   // Queries of many rows are packed in panels of kPanelRows rows (then of L rows for the rest):
@@ -155,6 +157,8 @@ struct SdpaKernel {
                                                            std::int64_t row_stride) {
     if constexpr (KB == 4 && RB == 4 && Vectors::kHasReduceAdd4x4) {
       Vectors::reduce_add_4x4(acc, scores, row_stride);
+    } else if constexpr (RB == 4) {
+      for (int k = 0; k < KB; ++k) Vectors::reduce_add_4(acc[k], scores + k * row_stride);
     } else {
       for (int k = 0; k < KB; ++k) {
         for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
@@ -177,10 +181,26 @@ struct SdpaKernel {
                              keys_ahead ? keys_ahead + n * key_stride : nullptr);
     }
     next.fetch(n, num_keys - n);
-    for (; n < num_keys; ++n) {
-      score_dot_tile<1, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
-                            s + n * row_stride, row_stride,
-                            keys_ahead ? keys_ahead + n * key_stride : nullptr);
+    if (n < num_keys) {
+      score_dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows,
+                                      q_stride, dk, s + n * row_stride, row_stride,
+                                      keys_ahead ? keys_ahead + n * key_stride : nullptr);
+    }
+  }
+
+  // The last count < KB keys in one tile of count keys (a tile per key would leave RB
+  // accumulator chains, bound by the FMA latency).
+  template <int RB, int KB>
+  static void score_dot_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
+                                  const float* q_rows, std::int64_t q_stride, std::int64_t dk,
+                                  float* s, std::int64_t row_stride, const KvT* keys_ahead) {
+    if constexpr (KB > 0) {
+      if (count == KB) {
+        score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, keys_ahead);
+      } else {
+        score_dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s,
+                                        row_stride, keys_ahead);
+      }
     }
   }
 
@@ -691,9 +711,9 @@ struct SdpaKernel {
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
       const std::int64_t k_head_stride = a.k.strides[2], v_head_stride = a.v.strides[2];
       constexpr auto kv_bytes = static_cast<std::int64_t>(sizeof(KvT));
-      // Few rows: blocks of kDecodeKvBlock keys, whose K rows (then V rows) of every head of the
+      // Few rows: blocks of S::kDecodeBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
-      const std::int64_t block = dot ? kDecodeKvBlock : kKvBlock;
+      const std::int64_t block = dot ? S::kDecodeBlock : kKvBlock;
       bool in_l2 = false;  // this block's K/V rows were fetched into L2 by the previous block
       for (std::int64_t n0 = begin; n0 < end; n0 += block) {
         const std::int64_t nb = std::min(block, end - n0);

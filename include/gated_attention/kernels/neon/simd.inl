@@ -11,6 +11,7 @@ struct Simd {
   static constexpr int kRowVectors = 4;
   static constexpr int kRowBlock = 6;
   static constexpr int kDimVectors = 4;
+  static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
 
   static V zero() { return vdupq_n_f32(0.0f); }
   static V set1(float x) { return vdupq_n_f32(x); }
@@ -46,7 +47,11 @@ struct Simd {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
   static float reduce_add(V v) { return vaddvq_f32(v); }
-  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
+  // out[i] = reduce_add(v[i]) for 4 vectors: 3 pairwise adds.
+  static void reduce_add_4(const V (&v)[4], float* out) {
+    vst1q_f32(out, vpaddq_f32(vpaddq_f32(v[0], v[1]), vpaddq_f32(v[2], v[3])));
+  }
   static float reduce_max(V v) { return vmaxvq_f32(v); }
   static V reciprocal(V x) { return vdivq_f32(vdupq_n_f32(1.0f), x); }
 };

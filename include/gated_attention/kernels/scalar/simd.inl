@@ -11,6 +11,7 @@ struct Simd {
   static constexpr int kRowVectors = 4;
   static constexpr int kRowBlock = 4;
   static constexpr int kDimVectors = 4;
+  static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
@@ -40,7 +41,10 @@ struct Simd {
   static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
   static float reduce_add(V v) { return v; }
-  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add per vector instead
+  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
+  static void reduce_add_4(const V (&v)[4], float* out) {
+    for (int i = 0; i < 4; ++i) out[i] = v[i];
+  }
   static float reduce_max(V v) { return v; }
   static V reciprocal(V x) { return 1.0f / x; }
 };
