@@ -13,7 +13,7 @@ struct Simd {
   static constexpr int kDimVectors = 2;
   // Keys per block with few rows (decode). 8: V rows of a power-of-two stride map to few L1 sets,
   // and 16 of them per column chunk (with the next block's rows fetched alongside) overflowed
-  // Zen 3's 8-way L1: 16 took 1.25-1.4x longer on qwen3next_decode_32k and llama8b_decode_8k.
+  // Zen 3's 8-way L1: 16 took 1.27-1.33x longer on qwen3next_decode_32k and llama8b_decode_8k.
   static constexpr std::int64_t kDecodeBlock = 8;
 
   static V zero() { return _mm256_setzero_ps(); }
