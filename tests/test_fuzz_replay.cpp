@@ -46,7 +46,7 @@ bool quiet() {
 }  // namespace
 
 TEST_CASE("fuzz replay: seeded random inputs agree with the reference on every path",
-          "[fuzz][sdpa]") {
+          "[fuzz][sdpa][long]") {
   const std::int64_t cases = replay_cases();
   auto rng = ga::testing::make_rng(0xf022ca5e);
   std::vector<std::uint8_t> input(kInputBytes);
@@ -73,7 +73,7 @@ TEST_CASE("fuzz replay: seeded random inputs agree with the reference on every p
   CHECK(failed == 0);
 }
 
-TEST_CASE("fuzz replay: every input of the committed corpus", "[fuzz][sdpa]") {
+TEST_CASE("fuzz replay: every input of the committed corpus", "[fuzz][sdpa][long]") {
   namespace fs = std::filesystem;
   const char* other = std::getenv("GATED_ATTENTION_FUZZ_CORPUS");  // replays another directory
   const fs::path dir = other != nullptr ? other : GATED_ATTENTION_FUZZ_CORPUS_DIR;
