@@ -40,7 +40,8 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 }
 
 // Rows [0, rows) of a strided array, fetched a few at a time while a loop over the same indices
-// of another array runs (e.g. V rows while the scores of their keys are computed).
+// of another array runs: whole rows (fetch), or line by line in step with a tile that walks the
+// other array's rows (fetch_line). Default-constructed: fetches nothing.
 struct RowPrefetch {
   const void* first = nullptr;
   std::int64_t stride_bytes = 0, rows = 0, bytes = 0;
@@ -49,6 +50,23 @@ struct RowPrefetch {
     if (from >= rows) return;
     prefetch_rows(static_cast<const char*>(first) + from * stride_bytes, stride_bytes,
                   from + count < rows ? count : rows - from, bytes);
+  }
+  // The line at byte `offset` of row `row`, if both are in range.
+  GATED_ATTENTION_ALWAYS_INLINE void fetch_line(std::int64_t row, std::int64_t offset) const {
+    if (row < rows && offset < bytes) {
+      prefetch_line_l2(static_cast<const char*>(first) + row * stride_bytes + offset);
+    }
+  }
+  // The lines of rows [0, count) from byte `offset` to the end of each row.
+  GATED_ATTENTION_ALWAYS_INLINE void fetch_tails(std::int64_t count, std::int64_t offset) const {
+    for (std::int64_t r = 0; r < count; ++r) {
+      for (std::int64_t o = offset; o < bytes; o += kCacheLine) fetch_line(r, o);
+    }
+  }
+  // The same rows from row `row` on.
+  RowPrefetch from_row(std::int64_t row) const {
+    if (row >= rows) return {};
+    return {static_cast<const char*>(first) + row * stride_bytes, stride_bytes, rows - row, bytes};
   }
 };
 

@@ -25,6 +25,7 @@ struct SdpaKernel {
   using V = S::V;
   static constexpr int L = S::kLanes;
   static constexpr int kLineFloats = static_cast<int>(kCacheLine / sizeof(KvT));
+  static constexpr auto kKvBytes = static_cast<std::int64_t>(sizeof(KvT));
   // Rows up to this count take the dot-product score kernel: 8 on x86, where rows along the lanes
   // of an AVX2 vector would need a broadcast load per FMA and were measured 1.1x slower at 8 rows
   // (the load ports are the limit), half the lanes on NEON.
@@ -114,21 +115,21 @@ struct SdpaKernel {
 
   // S^T[k, r] for KB keys and RB rows as dot products along d: for few rows (decode), where
   // rows along lanes would leave most lanes idle. q_rows is [rows, q_stride], zero-padded.
-  // keys_ahead: null, or KB rows (strided like keys) whose lines are fetched into L2 alongside.
+  // ahead: rows (the tile's keys' V rows) whose lines are fetched in step with the K lines.
   template <int KB, int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void score_dot_tile(const KvT* keys, std::int64_t key_stride,
                                                            const float* q_rows,
                                                            std::int64_t q_stride, std::int64_t dk,
                                                            float* scores, std::int64_t row_stride,
-                                                           const KvT* keys_ahead) {
+                                                           const RowPrefetch& ahead) {
     V acc[KB][RB];
     for (int k = 0; k < KB; ++k) {
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
     }
     const std::int64_t full = dk / L * L;
     for (std::int64_t d = 0; d < full; d += L) {
-      if (keys_ahead != nullptr && d % kLineFloats == 0) {
-        for (int k = 0; k < KB; ++k) prefetch_line_l2(keys_ahead + k * key_stride + d);
+      if (d % kLineFloats == 0) {
+        for (int k = 0; k < KB; ++k) ahead.fetch_line(k, d * kKvBytes);
       }
       V kv[KB];
       for (int k = 0; k < KB; ++k) kv[k] = S::load_shared(keys + k * key_stride + d);
@@ -139,8 +140,8 @@ struct SdpaKernel {
     }
     if (full < dk) {
       const int tail = static_cast<int>(dk - full);
-      if (keys_ahead != nullptr && full % kLineFloats == 0) {
-        for (int k = 0; k < KB; ++k) prefetch_line_l2(keys_ahead + k * key_stride + full);
+      if (full % kLineFloats == 0) {
+        for (int k = 0; k < KB; ++k) ahead.fetch_line(k, full * kKvBytes);
       }
       V kv[KB];
       for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
@@ -149,6 +150,7 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
+    ahead.fetch_tails(KB, dk * kKvBytes);  // rows longer than dk
     store_dot_sums<KB, RB>(acc, scores, row_stride);
   }
 
@@ -169,22 +171,18 @@ struct SdpaKernel {
   template <int RB>
   static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
                              const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
-                             std::int64_t row_stride, const RowPrefetch& next,
-                             const KvT* keys_ahead) {
+                             std::int64_t row_stride, const RowPrefetch& ahead) {
     // Up to 4 keys x 4 rows (8 loads per 16 FMAs), as many keys as the register budget holds.
     constexpr int KB = std::min(4, S::kRowBlock * S::kDimVectors / kDotRowBlock);
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
-      next.fetch(n, KB);
       score_dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
-                             s + n * row_stride, row_stride,
-                             keys_ahead ? keys_ahead + n * key_stride : nullptr);
+                             s + n * row_stride, row_stride, ahead.from_row(n));
     }
-    next.fetch(n, num_keys - n);
     if (n < num_keys) {
       score_dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows,
                                       q_stride, dk, s + n * row_stride, row_stride,
-                                      keys_ahead ? keys_ahead + n * key_stride : nullptr);
+                                      ahead.from_row(n));
     }
   }
 
@@ -193,13 +191,13 @@ struct SdpaKernel {
   template <int RB, int KB>
   static void score_dot_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
                                   const float* q_rows, std::int64_t q_stride, std::int64_t dk,
-                                  float* s, std::int64_t row_stride, const KvT* keys_ahead) {
+                                  float* s, std::int64_t row_stride, const RowPrefetch& ahead) {
     if constexpr (KB > 0) {
       if (count == KB) {
-        score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, keys_ahead);
+        score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead);
       } else {
         score_dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s,
-                                        row_stride, keys_ahead);
+                                        row_stride, ahead);
       }
     }
   }
@@ -210,28 +208,26 @@ struct SdpaKernel {
   static void score_dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                               std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                               std::int64_t dk, float* s, std::int64_t row_stride,
-                              const RowPrefetch& next, const KvT* keys_ahead) {
+                              const RowPrefetch& ahead) {
     if constexpr (RB > 0) {
       if (rows == RB) {
-        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, next,
-                           keys_ahead);
+        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, ahead);
       } else {
         score_dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s,
-                                row_stride, next, keys_ahead);
+                                row_stride, ahead);
       }
     }
   }
 
-  // During the first row group: next, rows fetched into L1 alongside the keys (the block's V
-  // rows); keys_ahead, null or num_keys rows like keys (a later block's) fetched into L2.
+  // ahead: num_keys rows (the keys' V rows) fetched line by line during the first row group.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride, const RowPrefetch& next,
-                        const KvT* keys_ahead) {
+                        std::int64_t dk, float* s, std::int64_t row_stride,
+                        const RowPrefetch& ahead) {
     for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
       score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
                       q_rows + r * q_stride, q_stride, dk, s + r, row_stride,
-                      r == 0 ? next : RowPrefetch{}, r == 0 ? keys_ahead : nullptr);
+                      r == 0 ? ahead : RowPrefetch{});
     }
   }
 
@@ -383,21 +379,19 @@ struct SdpaKernel {
   // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
   static constexpr bool kFullRowValues = kFullRowVectors > 0;
 
-  // values_ahead: null, or num_keys rows like values whose CV vectors are fetched into L2.
+  // ahead: rows whose lines at bytes [ahead_offset, + CV vectors) are fetched, one row per key.
   template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile_in_place(
       const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
-      std::int64_t num_keys, float* out, std::int64_t out_stride, const KvT* values_ahead) {
+      std::int64_t num_keys, float* out, std::int64_t out_stride, const RowPrefetch& ahead,
+      std::int64_t ahead_offset) {
     V acc[RB][CV];
     for (int r = 0; r < RB; ++r) {
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      if (values_ahead != nullptr) {
-        for (int c = 0; c < CV * L; c += kLineFloats) {
-          prefetch_line_l2(values_ahead + n * value_stride + c);
-        }
-      }
+      for (int c = 0; c < CV * L; c += kLineFloats)
+        ahead.fetch_line(n, ahead_offset + c * kKvBytes);
       const KvT* row = values + n * value_stride;
       V v[CV];
       for (int c = 0; c < CV; ++c) v[c] = S::load_shared(row + c * L);
@@ -415,24 +409,24 @@ struct SdpaKernel {
   static void value_in_place_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
                                   const KvT* values, std::int64_t value_stride,
                                   std::int64_t num_keys, float* out, std::int64_t out_stride,
-                                  const KvT* values_ahead) {
+                                  const RowPrefetch& ahead, std::int64_t ahead_offset) {
     if constexpr (RB > 0 && kFullRowValues) {
       if (rows == RB) {
         value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
-                                                 out_stride, values_ahead);
+                                                 out_stride, ahead, ahead_offset);
       } else {
         value_in_place_rows<RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
-                                    out_stride, values_ahead);
+                                    out_stride, ahead, ahead_offset);
       }
     }
   }
 
-  // Each group of keys fetches the next group's V rows, a few per column chunk; values_ahead:
-  // null, or num_keys rows like values (a later block's) fetched into L2 by the first row group.
+  // Each group of keys fetches the next group's V rows, a few per column chunk. ahead: rows (the
+  // K rows read next) fetched line by line by the first row group's tiles, one row per key.
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out, std::int64_t out_stride,
-                                         const KvT* values_ahead) {
+                                         const RowPrefetch& ahead) {
     if constexpr (kFullRowValues) {
       constexpr std::int64_t kColumns = kFullRowVectors * L;
       constexpr std::int64_t kChunks = kDv / kColumns;
@@ -447,13 +441,16 @@ struct SdpaKernel {
           const std::int64_t from = chunk * next.rows / kChunks;
           next.fetch(from, (chunk + 1) * next.rows / kChunks - from);
           for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
-            value_in_place_rows(
-                std::min<std::int64_t>(kFullRowRows, rows - r), p + n * row_stride + r, row_stride,
-                values + n * value_stride + c, value_stride, keys, out + r * out_stride + c,
-                out_stride, values_ahead && r == 0 ? values_ahead + n * value_stride + c : nullptr);
+            value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
+                                p + n * row_stride + r, row_stride, values + n * value_stride + c,
+                                value_stride, keys, out + r * out_stride + c, out_stride,
+                                r == 0 ? ahead.from_row(n) : RowPrefetch{}, c * kKvBytes);
           }
         }
       }
+      // The lines of `ahead` the tiles did not reach: past dv, and rows past num_keys.
+      ahead.fetch_tails(std::min(ahead.rows, num_keys), kDv * kKvBytes);
+      ahead.fetch(num_keys, ahead.rows - num_keys);
     }
   }
 
@@ -710,11 +707,9 @@ struct SdpaKernel {
       const KvT* v_base = &a.v(u.batch, 0, u.kv_head, 0);
       const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
       const std::int64_t k_head_stride = a.k.strides[2], v_head_stride = a.v.strides[2];
-      constexpr auto kv_bytes = static_cast<std::int64_t>(sizeof(KvT));
       // Few rows: blocks of S::kDecodeBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
       const std::int64_t block = dot ? S::kDecodeBlock : kKvBlock;
-      bool in_l2 = false;  // this block's K/V rows were fetched into L2 by the previous block
       for (std::int64_t n0 = begin; n0 < end; n0 += block) {
         const std::int64_t nb = std::min(block, end - n0);
         const std::int64_t n1 = n0 + nb - 1;
@@ -727,26 +722,28 @@ struct SdpaKernel {
           any = true;
           if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
         }
-        if (!any) {
-          in_l2 = false;
-          continue;
-        }
-        // Decode streams K/V from memory: the next block's rows are fetched into L2, a line per
-        // tile step, while this block's tiles run (the hardware prefetcher stops at every 4 KiB
-        // page and keeps too few lines in flight: qwen3next_decode_32k ran 1.2-1.3x slower).
-        const bool fetch_ahead = dot && n0 + 2 * block <= end;
+        if (!any) continue;
         // All of the unit's heads on this block in turn: their K/V rows share cache lines' pages
         // and are read together.
         for (std::int64_t h = 0; h < heads; ++h) {
           const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
-          if (dot) {  // V rows already in L2 are not fetched into L1 as well: that burst of
-                      // fetches held the fill buffers the K loads wait for
+          // Decode streams K/V from memory, each phase fetching what the next one reads, a line
+          // per tile step: the scores fetch this block's V rows, P.V the K rows of the next head
+          // (or the next block's first). A block further ahead was slower on Zen 3, whose
+          // prefetches fill L1 too (llama8b_decode_8k 1.2-1.35x, qwen3next_decode_32k 1.04x),
+          // and the hardware prefetcher alone 1.45x slower on qwen3next_decode_32k.
+          RowPrefetch next_keys;
+          if (dot) {
+            const bool next_head = h + 1 < heads;
+            const std::int64_t next_n0 = next_head ? n0 : n0 + block;
+            if (next_n0 < end) {
+              next_keys = {next_head ? k_block + k_head_stride : k_base + next_n0 * k_stride,
+                           k_stride * kKvBytes, std::min(block, end - next_n0), dk * kKvBytes};
+            }
             score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
-                      in_l2 ? RowPrefetch{}
-                            : RowPrefetch{v_block, v_stride * kv_bytes, nb, dv * kv_bytes},
-                      fetch_ahead ? k_block + block * k_stride : nullptr);
+                      RowPrefetch{v_block, v_stride * kKvBytes, nb, dv * kKvBytes});
           } else {
             scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
           }
@@ -774,13 +771,13 @@ struct SdpaKernel {
                                                     out, dvp);
           } else if (values_in_place) {
             accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp,
-                                       fetch_ahead ? v_block + block * v_stride : nullptr);
+                                       next_keys);
           } else {
+            next_keys.fetch(0, next_keys.rows);
             pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
             accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
           }
         }
-        in_l2 = fetch_ahead;
       }
     }
 
