@@ -45,6 +45,9 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 struct RowPrefetch {
   const void* first = nullptr;
   std::int64_t stride_bytes = 0, rows = 0, bytes = 0;
+  // fetch_line takes only the lines whose index i in their row has (i & line_mask) == line_phase
+  // (see share).
+  std::int64_t line_mask = 0, line_phase = 0;
 
   GATED_ATTENTION_ALWAYS_INLINE void fetch(std::int64_t from, std::int64_t count) const {
     if (from >= rows) return;
@@ -53,7 +56,7 @@ struct RowPrefetch {
   }
   // The line at byte `offset` of row `row`, if both are in range.
   GATED_ATTENTION_ALWAYS_INLINE void fetch_line(std::int64_t row, std::int64_t offset) const {
-    if (row < rows && offset < bytes) {
+    if (row < rows && offset < bytes && ((offset / kCacheLine) & line_mask) == line_phase) {
       prefetch_line_l2(static_cast<const char*>(first) + row * stride_bytes + offset);
     }
   }
@@ -66,7 +69,25 @@ struct RowPrefetch {
   // The same rows from row `row` on.
   RowPrefetch from_row(std::int64_t row) const {
     if (row >= rows) return {};
-    return {static_cast<const char*>(first) + row * stride_bytes, stride_bytes, rows - row, bytes};
+    return {static_cast<const char*>(first) + row * stride_bytes,
+            stride_bytes,
+            rows - row,
+            bytes,
+            line_mask,
+            line_phase};
+  }
+  // Share `part` of `parts` of the lines, for one of `parts` loops over the same rows that
+  // together fetch each line once: every parts-th line when parts is a power of two, else all of
+  // them for part 0.
+  RowPrefetch share(std::int64_t part, std::int64_t parts) const {
+    RowPrefetch s = *this;
+    if ((parts & (parts - 1)) == 0) {
+      s.line_mask = parts - 1;
+      s.line_phase = part;
+    } else if (part != 0) {
+      s.rows = 0;
+    }
+    return s;
   }
 };
 

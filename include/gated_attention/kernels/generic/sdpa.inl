@@ -219,15 +219,16 @@ struct SdpaKernel {
     }
   }
 
-  // ahead: num_keys rows (the keys' V rows) fetched line by line during the first row group.
+  // ahead: num_keys rows (the keys' V rows) fetched line by line, a share by each row group.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                         std::int64_t dk, float* s, std::int64_t row_stride,
                         const RowPrefetch& ahead) {
+    const std::int64_t groups = (rows + kDotRowBlock - 1) / kDotRowBlock;
     for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
       score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
                       q_rows + r * q_stride, q_stride, dk, s + r, row_stride,
-                      r == 0 ? ahead : RowPrefetch{});
+                      ahead.share(r / kDotRowBlock, groups));
     }
   }
 
@@ -422,7 +423,8 @@ struct SdpaKernel {
   }
 
   // Each group of keys fetches the next group's V rows, a few per column chunk. ahead: rows (the
-  // K rows read next) fetched line by line by the first row group's tiles, one row per key.
+  // K rows read next) fetched line by line by the tiles, one row per key, a share by each row
+  // group.
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out, std::int64_t out_stride,
@@ -430,6 +432,7 @@ struct SdpaKernel {
     if constexpr (kFullRowValues) {
       constexpr std::int64_t kColumns = kFullRowVectors * L;
       constexpr std::int64_t kChunks = kDv / kColumns;
+      const std::int64_t groups = (rows + kFullRowRows - 1) / kFullRowRows;
       for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
         const RowPrefetch next{
@@ -444,7 +447,7 @@ struct SdpaKernel {
             value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
                                 p + n * row_stride + r, row_stride, values + n * value_stride + c,
                                 value_stride, keys, out + r * out_stride + c, out_stride,
-                                r == 0 ? ahead.from_row(n) : RowPrefetch{}, c * kKvBytes);
+                                ahead.from_row(n).share(r / kFullRowRows, groups), c * kKvBytes);
           }
         }
       }
