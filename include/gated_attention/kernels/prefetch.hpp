@@ -28,9 +28,9 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_rows(const void* first, std::int64_t
 #endif
 }
 
-// Starts fetching the line that holds p into L2, not L1: data that a later block reads, fetched
-// while the current block works from L1 (a KV cache streamed faster than the hardware prefetcher
-// alone brings it in).
+// Starts fetching the line that holds p, hinted for L2 (Intel keeps it out of L1; Zen 3 fills L1
+// too): data a later phase reads, fetched while the current one works (a KV cache streamed faster
+// than the hardware prefetcher alone brings it in).
 GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
   __builtin_prefetch(p, 0, 2);

@@ -735,7 +735,7 @@ struct SdpaKernel {
           // Decode streams K/V from memory, each phase fetching what the next one reads, a line
           // per tile step: the scores fetch this block's V rows, P.V the K rows of the next head
           // (or the next block's first). A block further ahead was slower on Zen 3, whose
-          // prefetches fill L1 too (llama8b_decode_8k 1.2-1.35x, qwen3next_decode_32k 1.04x),
+          // prefetches fill L1 too (llama8b_decode_8k 1.2-1.4x, qwen3next_decode_32k 1.04-1.1x),
           // and the hardware prefetcher alone 1.45x slower on qwen3next_decode_32k.
           RowPrefetch next_keys;
           if (dot) {
