@@ -15,3 +15,16 @@ function(gated_attention_project_options target)
     endif()
   endif()
 endfunction()
+
+# Adds to `target` the f32 kernels as one generated unit per ISA path
+# (gated_attention/instantiate_kernels.hpp), which build in parallel; a path the platform lacks
+# compiles to nothing. Units linking `target` then define GATED_ATTENTION_EXTERN_KERNELS.
+function(gated_attention_add_kernel_units target)
+  foreach(path SCALAR AVX2 AVX512 NEON)
+    string(TOLOWER ${path} name)
+    set(unit ${CMAKE_CURRENT_BINARY_DIR}/${target}_${name}.cpp)
+    file(GENERATE OUTPUT ${unit} CONTENT
+      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
+    target_sources(${target} PRIVATE ${unit})
+  endforeach()
+endfunction()

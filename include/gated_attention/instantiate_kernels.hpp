@@ -1,10 +1,30 @@
 // Compiles every path's f32 kernels in the one translation unit that includes this header, for a
 // program whose other units define GATED_ATTENTION_EXTERN_KERNELS (see kernels/isa_kernels.hpp).
 // Include it in exactly one unit of the program.
+//
+// Or one unit per path, which build in parallel: each defines one of
+// GATED_ATTENTION_INSTANTIATE_ONLY_SCALAR, _AVX2, _AVX512 or _NEON before including this header.
+// A path the target platform lacks compiles to nothing, so the same four units build everywhere.
 #pragma once
 
 #include "gated_attention/gated_attention.hpp"
 
 namespace gated_attention {
+#if defined(GATED_ATTENTION_INSTANTIATE_ONLY_SCALAR)
+GATED_ATTENTION_F32_KERNELS_OF(, scalar)
+#elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_AVX2)
+#if GATED_ATTENTION_X86
+GATED_ATTENTION_F32_KERNELS_OF(, avx2)
+#endif
+#elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_AVX512)
+#if GATED_ATTENTION_X86
+GATED_ATTENTION_F32_KERNELS_OF(, avx512)
+#endif
+#elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_NEON)
+#if GATED_ATTENTION_AARCH64
+GATED_ATTENTION_F32_KERNELS_OF(, neon)
+#endif
+#else
 GATED_ATTENTION_F32_KERNELS()
+#endif
 }  // namespace gated_attention
