@@ -50,19 +50,23 @@ struct Simd {
   static constexpr bool kHasReduceAdd4x4 = true;
   // out[i] = reduce_add(v[i]) for 4 vectors (tiles of fewer than 4 keys).
   static void reduce_add_4(const V (&v)[4], float* out) {
+    GATED_ATTENTION_UNROLL
     for (int i = 0; i < 4; ++i) out[i] = reduce_add(v[i]);
   }
   static void reduce_add_4x4(const V (&v)[4][4], float* out, std::int64_t stride) {
     const V* x = &v[0][0];  // x[i], i = 4 k + r
     V a[8], b[4], c[2];
+    GATED_ATTENTION_UNROLL
     for (int i = 0; i < 8; ++i) {  // a[i]: lanes 0-7 fold x[2i], lanes 8-15 fold x[2i+1]
       a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x44),
                            _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xEE));
     }
+    GATED_ATTENTION_UNROLL
     for (int j = 0; j < 4; ++j) {  // b[j]: 128-bit lane q folds x[4j + q]
       b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x88),
                            _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xDD));
     }
+    GATED_ATTENTION_UNROLL
     for (int k = 0; k < 2; ++k) {  // c[k], lane q: 2 partials of x[8k + q], then of x[8k + 4 + q]
       c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x44),
                            _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xEE));

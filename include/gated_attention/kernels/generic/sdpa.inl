@@ -53,18 +53,25 @@ struct SdpaKernel {
                                                        const float* panel, std::int64_t dk,
                                                        float* scores, std::int64_t row_stride) {
     V acc[KB][RV];
+    GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
     }
     for (std::int64_t d = 0; d < dk; ++d) {
       V q[RV];
+      GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) q[v] = S::load_shared(panel + d * (RV * L) + v * L);
+      GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) {
         const V kb = S::set1(keys[k * key_stride + d]);
+        GATED_ATTENTION_UNROLL
         for (int v = 0; v < RV; ++v) acc[k][v] = S::fma(kb, q[v], acc[k][v]);
       }
     }
+    GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) S::store(scores + k * row_stride + v * L, acc[k][v]);
     }
   }
@@ -123,30 +130,40 @@ struct SdpaKernel {
                                                            float* scores, std::int64_t row_stride,
                                                            const RowPrefetch& ahead) {
     V acc[KB][RB];
+    GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
     }
     const std::int64_t full = dk / L * L;
     for (std::int64_t d = 0; d < full; d += L) {
       if (d % kLineFloats == 0) {
+        GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) ahead.fetch_line(k, d * kKvBytes);
       }
       V kv[KB];
+      GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) kv[k] = S::load_shared(keys + k * key_stride + d);
+      GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const V q = S::load_shared(q_rows + r * q_stride + d);
+        GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
     if (full < dk) {
       const int tail = static_cast<int>(dk - full);
       if (full % kLineFloats == 0) {
+        GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) ahead.fetch_line(k, full * kKvBytes);
       }
       V kv[KB];
+      GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
+      GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const V q = S::load_shared(q_rows + r * q_stride + full);
+        GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
@@ -160,18 +177,24 @@ struct SdpaKernel {
     if constexpr (KB == 4 && RB == 4 && Vectors::kHasReduceAdd4x4) {
       Vectors::reduce_add_4x4(acc, scores, row_stride);
     } else if constexpr (RB == 4) {
+      GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) Vectors::reduce_add_4(acc[k], scores + k * row_stride);
     } else {
+      GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) {
+        GATED_ATTENTION_UNROLL
         for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
       }
     }
   }
 
   template <int RB>
-  static void score_dot_rows(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
-                             const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
-                             std::int64_t row_stride, const RowPrefetch& ahead) {
+  GATED_ATTENTION_ALWAYS_INLINE static void score_dot_rows(const KvT* keys, std::int64_t key_stride,
+                                                           std::int64_t num_keys,
+                                                           const float* q_rows,
+                                                           std::int64_t q_stride, std::int64_t dk,
+                                                           float* s, std::int64_t row_stride,
+                                                           const RowPrefetch& ahead) {
     // Up to 4 keys x 4 rows (8 loads per 16 FMAs), as many keys as the register budget holds.
     constexpr int KB = std::min(4, S::kRowBlock * S::kDimVectors / kDotRowBlock);
     std::int64_t n = 0;
@@ -189,9 +212,10 @@ struct SdpaKernel {
   // The last count < KB keys in one tile of count keys (a tile per key would leave RB
   // accumulator chains, bound by the FMA latency).
   template <int RB, int KB>
-  static void score_dot_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
-                                  const float* q_rows, std::int64_t q_stride, std::int64_t dk,
-                                  float* s, std::int64_t row_stride, const RowPrefetch& ahead) {
+  GATED_ATTENTION_ALWAYS_INLINE static void score_dot_remainder(
+      std::int64_t count, const KvT* keys, std::int64_t key_stride, const float* q_rows,
+      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride,
+      const RowPrefetch& ahead) {
     if constexpr (KB > 0) {
       if (count == KB) {
         score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead);
@@ -300,18 +324,25 @@ struct SdpaKernel {
                                                        const float* packed, std::int64_t num_keys,
                                                        float* out, std::int64_t out_stride) {
     V acc[RB][CV];
+    GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
       V v[CV];
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) v[c] = S::load_shared(packed + (c * kKvBlock + n) * L);
+      GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
+        GATED_ATTENTION_UNROLL
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
+    GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
     }
   }
@@ -387,30 +418,38 @@ struct SdpaKernel {
       std::int64_t num_keys, float* out, std::int64_t out_stride, const RowPrefetch& ahead,
       std::int64_t ahead_offset) {
     V acc[RB][CV];
+    GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV * L; c += kLineFloats)
         ahead.fetch_line(n, ahead_offset + c * kKvBytes);
       const KvT* row = values + n * value_stride;
       V v[CV];
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) v[c] = S::load_shared(row + c * L);
+      GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
+        GATED_ATTENTION_UNROLL
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
+    GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
     }
   }
 
   template <int RB = kFullRowRows>
-  static void value_in_place_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
-                                  const KvT* values, std::int64_t value_stride,
-                                  std::int64_t num_keys, float* out, std::int64_t out_stride,
-                                  const RowPrefetch& ahead, std::int64_t ahead_offset) {
+  GATED_ATTENTION_ALWAYS_INLINE static void value_in_place_rows(
+      std::int64_t rows, const float* p, std::int64_t row_stride, const KvT* values,
+      std::int64_t value_stride, std::int64_t num_keys, float* out, std::int64_t out_stride,
+      const RowPrefetch& ahead, std::int64_t ahead_offset) {
     if constexpr (RB > 0 && kFullRowValues) {
       if (rows == RB) {
         value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
