@@ -18,6 +18,9 @@ namespace gated_attention::kernels {
 inline constexpr std::int64_t kRowPadding = 16;   // rows padded to the widest vector
 inline constexpr std::int64_t kTargetRows = 256;  // rows per unit: fewer K/V passes from L3
 inline constexpr std::int64_t kKvBlock = 64;      // keys per block: S^T tile and P.V reuse
+// Floats after each column of a packed V block, so that the columns lie an odd number of cache
+// lines apart: packing a V row then stores to every L1 set, where a stride of 2 KiB (AVX2) hit 2.
+inline constexpr std::int64_t kPackedColumnPadding = 16;
 inline constexpr std::int64_t kMinKeysPerSplit = 256;
 // Units with at most this many rows (decode) take every KV head of their batch entry, so each
 // K/V row is read whole: one sequential stream through the cache instead of one per head.
@@ -56,7 +59,10 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
   p.num_workers = std::max(1, num_workers);
   p.q_block = std::max<std::int64_t>(1, std::min(p.q_len, kTargetRows / p.group));
   p.rows = p.q_block * p.group;
+  // An odd number of cache lines: a column of a [kKvBlock, row_stride] tile (one line per key)
+  // then spreads over every L1 set, where a stride of 256 floats put a block's 64 lines in 4 sets.
   p.row_stride = round_up(p.rows, kRowPadding);
+  if (p.row_stride / kRowPadding % 2 == 0) p.row_stride += kRowPadding;
   p.dv_padded = round_up(p.dv, kRowPadding);
   p.num_q_blocks = p.q_len > 0 ? (p.q_len + p.q_block - 1) / p.q_block : 0;
   p.unit_heads = p.rows <= kAllHeadsMaxRows ? p.kv_heads : 1;
@@ -76,7 +82,8 @@ struct SdpaWorkerScratch {
   float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
   float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
-  float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column
+  float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
+                                   // columns kPackedColumnPadding floats apart
   float* max = nullptr;            // [row_stride] running max, log2 units (per head)
   float* sum = nullptr;            // [row_stride] running sum of exp2(s - max) (per head)
   float* alpha = nullptr;          // [row_stride] rescale factors of the current block (per head)
@@ -109,7 +116,8 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_w
     s.q_t = ws.allocate<float>(heads * static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
     s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
     s.out = ws.allocate<float>(heads * rs * static_cast<std::size_t>(p.dv_padded));
-    s.v_packed = ws.allocate<float>(static_cast<std::size_t>(kKvBlock * p.dv_padded));
+    s.v_packed = ws.allocate<float>(  // dv_padded columns at most (one lane)
+        static_cast<std::size_t>((kKvBlock + kPackedColumnPadding) * p.dv_padded));
     s.max = ws.allocate<float>(heads * rs);
     s.sum = ws.allocate<float>(heads * rs);
     s.alpha = ws.allocate<float>(heads * rs);

@@ -256,7 +256,8 @@ struct SdpaKernel {
     }
   }
 
-  // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[(j * kKvBlock + n) * L],
+  static constexpr std::int64_t kPackedColumn = kKvBlock * L + kPackedColumnPadding;
+  // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[j * kPackedColumn + n * L],
   // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
   static void pack_values(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
                           std::int64_t dv, std::int64_t dv_padded, float* packed) {
@@ -267,7 +268,7 @@ struct SdpaKernel {
         const V x = c + L <= dv ? S::load(row + c)
                                 : S::load_partial(
                                       row + c, static_cast<int>(std::max<std::int64_t>(0, dv - c)));
-        S::store(packed + (j * kKvBlock + n) * L, x);
+        S::store(packed + j * kPackedColumn + n * L, x);
       }
     }
   }
@@ -332,7 +333,7 @@ struct SdpaKernel {
     for (std::int64_t n = 0; n < num_keys; ++n) {
       V v[CV];
       GATED_ATTENTION_UNROLL
-      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(packed + (c * kKvBlock + n) * L);
+      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(packed + c * kPackedColumn + n * L);
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const V pb = S::set1(p[n * row_stride + r]);
@@ -383,11 +384,11 @@ struct SdpaKernel {
     const std::int64_t vectors = dv_padded / L;
     std::int64_t j = 0;
     for (; j + CV <= vectors; j += CV) {
-      value_rows<CV>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+      value_rows<CV>(rows, p, row_stride, packed + j * kPackedColumn, num_keys, out + j * L,
                      dv_padded);
     }
     for (; j < vectors; ++j) {
-      value_rows<1>(rows, p, row_stride, packed + j * kKvBlock * L, num_keys, out + j * L,
+      value_rows<1>(rows, p, row_stride, packed + j * kPackedColumn, num_keys, out + j * L,
                     dv_padded);
     }
   }
