@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gated_attention/core/config.hpp"
+
 namespace gated_attention {
 
 template <class T, int Rank>
@@ -59,6 +61,7 @@ struct TensorView {
     static_assert(sizeof...(I) == Rank, "one index per dimension");
     const std::int64_t idx[] = {static_cast<std::int64_t>(index)...};
     std::int64_t off = 0;
+    GATED_ATTENTION_UNROLL
     for (int i = 0; i < Rank; ++i) off += idx[i] * strides[i];
     return off;
   }
@@ -70,6 +73,7 @@ struct TensorView {
 
   constexpr T& operator[](const Index& index) const {
     std::int64_t off = 0;
+    GATED_ATTENTION_UNROLL
     for (int i = 0; i < Rank; ++i) off += index[i] * strides[i];
     return data[off];
   }
