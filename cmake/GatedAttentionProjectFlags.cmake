@@ -16,15 +16,19 @@ function(gated_attention_project_options target)
   endif()
 endfunction()
 
-# Adds to `target` the f32 kernels as one generated unit per ISA path
+# An OBJECT library `name` holding the f32 kernels, one generated unit per ISA path
 # (gated_attention/instantiate_kernels.hpp), which build in parallel; a path the platform lacks
-# compiles to nothing. Units linking `target` then define GATED_ATTENTION_EXTERN_KERNELS.
-function(gated_attention_add_kernel_units target)
+# compiles to nothing. Targets linking it define GATED_ATTENTION_EXTERN_KERNELS.
+function(gated_attention_add_kernels_library name)
+  add_library(${name} OBJECT)
   foreach(path SCALAR AVX2 AVX512 NEON)
-    string(TOLOWER ${path} name)
-    set(unit ${CMAKE_CURRENT_BINARY_DIR}/${target}_${name}.cpp)
+    string(TOLOWER ${path} isa)
+    set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
     file(GENERATE OUTPUT ${unit} CONTENT
       "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
-    target_sources(${target} PRIVATE ${unit})
+    target_sources(${name} PRIVATE ${unit})
   endforeach()
+  target_link_libraries(${name} PUBLIC gated_attention::gated_attention)
+  gated_attention_project_options(${name})
+  target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_KERNELS)
 endfunction()
