@@ -26,7 +26,7 @@ inline constexpr std::int64_t kMinKeysPerSplit = 256;
 // K/V row is read whole: one sequential stream through the cache instead of one per head.
 inline constexpr std::int64_t kAllHeadsMaxRows = 8;
 
-inline std::int64_t round_up(std::int64_t x, std::int64_t m) {
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) {
   return (x + m - 1) / m * m;
 }
 

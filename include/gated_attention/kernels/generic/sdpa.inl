@@ -122,25 +122,24 @@ struct SdpaKernel {
 
   // S^T[k, r] for KB keys and RB rows as dot products along d: for few rows (decode), where
   // rows along lanes would leave most lanes idle. q_rows is [rows, q_stride], zero-padded.
-  // ahead: rows (the tile's keys' V rows) whose lines are fetched in step with the K lines.
   template <int KB, int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void score_dot_tile(const KvT* keys, std::int64_t key_stride,
                                                            const float* q_rows,
                                                            std::int64_t q_stride, std::int64_t dk,
                                                            float* scores, std::int64_t row_stride,
-                                                           const RowPrefetch& ahead) {
+                                                           LineCursor& ahead, std::int64_t lines) {
     V acc[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
     }
-    const std::int64_t full = dk / L * L;
+    // A compile-time dk gives the loop a constant trip count, which the compiler unrolls.
+    const std::int64_t depth = kDk > 0 ? kDk : dk;
+    const std::int64_t full = depth / L * L;
+    GATED_ATTENTION_UNROLL_PARTLY
     for (std::int64_t d = 0; d < full; d += L) {
-      if (d % kLineFloats == 0) {
-        GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) ahead.fetch_line(k, d * kKvBytes);
-      }
+      if (d < lines * L) ahead.fetch(1);  // a line per step, spread over the tile
       V kv[KB];
       GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) kv[k] = S::load_shared(keys + k * key_stride + d);
@@ -151,12 +150,8 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
-    if (full < dk) {
-      const int tail = static_cast<int>(dk - full);
-      if (full % kLineFloats == 0) {
-        GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) ahead.fetch_line(k, full * kKvBytes);
-      }
+    if (full < depth) {
+      const int tail = static_cast<int>(depth - full);
       V kv[KB];
       GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
@@ -167,7 +162,7 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
-    ahead.fetch_tails(KB, dk * kKvBytes);  // rows longer than dk
+    ahead.fetch(lines - full / L);
     store_dot_sums<KB, RB>(acc, scores, row_stride);
   }
 
@@ -188,24 +183,27 @@ struct SdpaKernel {
     }
   }
 
+  // Tiles of up to 4 keys x kDotRowBlock rows (8 loads per 16 FMAs), as many keys as the register
+  // budget holds; each row group streams the block's keys (L1-resident).
+  static constexpr int kDotRowBlock = 4;
+  static constexpr int kDotKeyBlock = std::min(4, (S::kRowBlock * S::kDimVectors) / kDotRowBlock);
+
+  // ahead: lines_per_tile lines fetched by each tile, a line per step along d.
   template <int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void score_dot_rows(const KvT* keys, std::int64_t key_stride,
-                                                           std::int64_t num_keys,
-                                                           const float* q_rows,
-                                                           std::int64_t q_stride, std::int64_t dk,
-                                                           float* s, std::int64_t row_stride,
-                                                           const RowPrefetch& ahead) {
-    // Up to 4 keys x 4 rows (8 loads per 16 FMAs), as many keys as the register budget holds.
-    constexpr int KB = std::min(4, S::kRowBlock * S::kDimVectors / kDotRowBlock);
+  GATED_ATTENTION_ALWAYS_INLINE static void score_dot_rows(
+      const KvT* keys, std::int64_t key_stride, std::int64_t num_keys, const float* q_rows,
+      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
+      std::int64_t lines_per_tile) {
+    constexpr int KB = kDotKeyBlock;
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
       score_dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk,
-                             s + n * row_stride, row_stride, ahead.from_row(n));
+                             s + n * row_stride, row_stride, ahead, lines_per_tile);
     }
     if (n < num_keys) {
       score_dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows,
-                                      q_stride, dk, s + n * row_stride, row_stride,
-                                      ahead.from_row(n));
+                                      q_stride, dk, s + n * row_stride, row_stride, ahead,
+                                      lines_per_tile);
     }
   }
 
@@ -214,46 +212,50 @@ struct SdpaKernel {
   template <int RB, int KB>
   GATED_ATTENTION_ALWAYS_INLINE static void score_dot_remainder(
       std::int64_t count, const KvT* keys, std::int64_t key_stride, const float* q_rows,
-      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride,
-      const RowPrefetch& ahead) {
+      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
+      std::int64_t lines) {
     if constexpr (KB > 0) {
       if (count == KB) {
-        score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead);
+        score_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead, lines);
       } else {
         score_dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s,
-                                        row_stride, ahead);
+                                        row_stride, ahead, lines);
       }
     }
   }
 
-  // Rows in groups of up to kDotRowBlock; each group streams the block's keys (L1-resident).
-  static constexpr int kDotRowBlock = 4;
   template <int RB = kDotRowBlock>
   static void score_dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                               std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                              std::int64_t dk, float* s, std::int64_t row_stride,
-                              const RowPrefetch& ahead) {
+                              std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
+                              std::int64_t lines_per_tile) {
     if constexpr (RB > 0) {
       if (rows == RB) {
-        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, ahead);
+        score_dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, ahead,
+                           lines_per_tile);
       } else {
         score_dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s,
-                                row_stride, ahead);
+                                row_stride, ahead, lines_per_tile);
       }
     }
   }
 
-  // ahead: num_keys rows (the keys' V rows) fetched line by line, a share by each row group.
+  // ahead: rows (the keys' V rows) fetched by the tiles in even shares, a line per step along d,
+  // and all of them by the end.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                         std::int64_t dk, float* s, std::int64_t row_stride,
                         const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotRowBlock - 1) / kDotRowBlock;
+    const std::int64_t tiles = groups * ((num_keys + kDotKeyBlock - 1) / kDotKeyBlock);
+    LineCursor cursor{ahead};
+    const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
     for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
       score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
-                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride,
-                      ahead.share(r / kDotRowBlock, groups));
+                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride, cursor,
+                      lines_per_tile);
     }
+    cursor.fetch_rest();
   }
 
   static constexpr std::int64_t kPackedColumn = kKvBlock * L + kPackedColumnPadding;
@@ -412,33 +414,51 @@ struct SdpaKernel {
   // Whether V can be read in place (decode with a compile-time dv that is whole vectors).
   static constexpr bool kFullRowValues = kFullRowVectors > 0;
 
-  // ahead: rows whose lines at bytes [ahead_offset, + CV vectors) are fetched, one row per key.
+  // acc[r] += p[r] v for one key's weights p and V row v.
   template <int RB, int CV>
+  GATED_ATTENTION_ALWAYS_INLINE static void value_key_in_place(V (&acc)[RB][CV], const float* p,
+                                                               const KvT* v) {
+    V x[CV];
+    GATED_ATTENTION_UNROLL
+    for (int c = 0; c < CV; ++c) x[c] = S::load_shared(v + c * L);
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const V pb = S::set1(p[r]);
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, x[c], acc[r][c]);
+    }
+  }
+
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV vectors of V rows read in place.
+  // NK > 0 (decode blocks): num_keys is NK, row_stride kRowPadding and out_stride kPaddedDv, so
+  // that the unrolled key loop addresses the weights and the output at constant offsets.
+  static constexpr std::int64_t kPaddedDv = round_up(kDv, kRowPadding);
+  template <int RB, int CV, int NK>
   GATED_ATTENTION_ALWAYS_INLINE static void value_tile_in_place(
       const float* p, std::int64_t row_stride, const KvT* values, std::int64_t value_stride,
-      std::int64_t num_keys, float* out, std::int64_t out_stride, const RowPrefetch& ahead,
-      std::int64_t ahead_offset) {
+      std::int64_t num_keys, float* out, std::int64_t out_stride, LineCursor& ahead,
+      std::int64_t lines) {
+    if constexpr (NK > 0) out_stride = kPaddedDv;  // constant offsets
     V acc[RB][CV];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
-    for (std::int64_t n = 0; n < num_keys; ++n) {
+    const KvT* row = values;
+    if constexpr (NK > 0) {
       GATED_ATTENTION_UNROLL
-      for (int c = 0; c < CV * L; c += kLineFloats)
-        ahead.fetch_line(n, ahead_offset + c * kKvBytes);
-      const KvT* row = values + n * value_stride;
-      V v[CV];
-      GATED_ATTENTION_UNROLL
-      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(row + c * L);
-      GATED_ATTENTION_UNROLL
-      for (int r = 0; r < RB; ++r) {
-        const V pb = S::set1(p[n * row_stride + r]);
-        GATED_ATTENTION_UNROLL
-        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
+      for (int n = 0; n < NK; ++n, row += value_stride) {
+        if (n < lines) ahead.fetch(1);  // a line per key, spread over the tile
+        value_key_in_place(acc, p + n * kRowPadding, row);
+      }
+    } else {
+      for (std::int64_t n = 0; n < num_keys; ++n, p += row_stride, row += value_stride) {
+        if (n < lines) ahead.fetch(1);
+        value_key_in_place(acc, p, row);
       }
     }
+    ahead.fetch(lines - num_keys);
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       GATED_ATTENTION_UNROLL
@@ -446,54 +466,72 @@ struct SdpaKernel {
     }
   }
 
-  template <int RB = kFullRowRows>
+  template <int NK, int RB = kFullRowRows>
   GATED_ATTENTION_ALWAYS_INLINE static void value_in_place_rows(
       std::int64_t rows, const float* p, std::int64_t row_stride, const KvT* values,
       std::int64_t value_stride, std::int64_t num_keys, float* out, std::int64_t out_stride,
-      const RowPrefetch& ahead, std::int64_t ahead_offset) {
+      LineCursor& ahead, std::int64_t lines) {
     if constexpr (RB > 0 && kFullRowValues) {
       if (rows == RB) {
-        value_tile_in_place<RB, kFullRowVectors>(p, row_stride, values, value_stride, num_keys, out,
-                                                 out_stride, ahead, ahead_offset);
+        value_tile_in_place<RB, kFullRowVectors, NK>(p, row_stride, values, value_stride, num_keys,
+                                                     out, out_stride, ahead, lines);
       } else {
-        value_in_place_rows<RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
-                                    out_stride, ahead, ahead_offset);
+        value_in_place_rows<NK, RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
+                                        out_stride, ahead, lines);
       }
     }
   }
 
-  // Each group of keys fetches the next group's V rows, a few per column chunk. ahead: rows (the
-  // K rows read next) fetched line by line by the tiles, one row per key, a share by each row
-  // group.
+  // NK > 0: num_keys is NK.
+  template <int NK>
+  static void accumulate_keys_in_place(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                       const KvT* values, std::int64_t value_stride,
+                                       std::int64_t num_keys, float* out, std::int64_t out_stride,
+                                       LineCursor& ahead, std::int64_t lines_per_tile,
+                                       LineCursor& next_values, std::int64_t next_lines_per_tile) {
+    constexpr std::int64_t kColumns = kFullRowVectors * L;
+    for (std::int64_t c = 0; c < kDv; c += kColumns) {
+      for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
+        next_values.fetch(next_lines_per_tile);
+        value_in_place_rows<NK>(std::min<std::int64_t>(kFullRowRows, rows - r), p + r, row_stride,
+                                values + c, value_stride, num_keys, out + r * out_stride + c,
+                                out_stride, ahead, lines_per_tile);
+      }
+    }
+  }
+
+  // O += P V with V rows read in place, kFullRowKeys keys at a time, each group's tiles fetching
+  // the next group's V rows. ahead: rows (the K rows read next) fetched by the tiles in even
+  // shares, a line per key, and all of them by the end.
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out, std::int64_t out_stride,
                                          const RowPrefetch& ahead) {
     if constexpr (kFullRowValues) {
-      constexpr std::int64_t kColumns = kFullRowVectors * L;
-      constexpr std::int64_t kChunks = kDv / kColumns;
       const std::int64_t groups = (rows + kFullRowRows - 1) / kFullRowRows;
+      const std::int64_t group_tiles = groups * (kDv / (kFullRowVectors * L));
+      const std::int64_t tiles = group_tiles * ((num_keys + kFullRowKeys - 1) / kFullRowKeys);
+      LineCursor cursor{ahead};
+      const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
       for (std::int64_t n = 0; n < num_keys; n += kFullRowKeys) {
         const std::int64_t keys = std::min(kFullRowKeys, num_keys - n);
-        const RowPrefetch next{
-            values + (n + kFullRowKeys) * value_stride,
-            static_cast<std::int64_t>(value_stride * sizeof(KvT)),
-            std::clamp<std::int64_t>(num_keys - n - kFullRowKeys, 0, kFullRowKeys),
-            static_cast<std::int64_t>(kDv * sizeof(KvT))};
-        for (std::int64_t c = 0, chunk = 0; c < kDv; c += kColumns, ++chunk) {
-          const std::int64_t from = chunk * next.rows / kChunks;
-          next.fetch(from, (chunk + 1) * next.rows / kChunks - from);
-          for (std::int64_t r = 0; r < rows; r += kFullRowRows) {
-            value_in_place_rows(std::min<std::int64_t>(kFullRowRows, rows - r),
-                                p + n * row_stride + r, row_stride, values + n * value_stride + c,
-                                value_stride, keys, out + r * out_stride + c, out_stride,
-                                ahead.from_row(n).share(r / kFullRowRows, groups), c * kKvBytes);
-          }
+        LineCursor next_values{
+            RowPrefetch{values + (n + kFullRowKeys) * value_stride,
+                        static_cast<std::int64_t>(value_stride * sizeof(KvT)),
+                        std::clamp<std::int64_t>(num_keys - n - kFullRowKeys, 0, kFullRowKeys),
+                        static_cast<std::int64_t>(kDv * sizeof(KvT))}};
+        const std::int64_t next_lines = (next_values.lines() + group_tiles - 1) / group_tiles;
+        if (keys == S::kDecodeBlock && row_stride == kRowPadding && out_stride == kPaddedDv) {
+          accumulate_keys_in_place<S::kDecodeBlock>(
+              p + n * row_stride, row_stride, rows, values + n * value_stride, value_stride, keys,
+              out, out_stride, cursor, lines_per_tile, next_values, next_lines);
+        } else {
+          accumulate_keys_in_place<0>(p + n * row_stride, row_stride, rows,
+                                      values + n * value_stride, value_stride, keys, out,
+                                      out_stride, cursor, lines_per_tile, next_values, next_lines);
         }
       }
-      // The lines of `ahead` the tiles did not reach: past dv, and rows past num_keys.
-      ahead.fetch_tails(std::min(ahead.rows, num_keys), kDv * kKvBytes);
-      ahead.fetch(num_keys, ahead.rows - num_keys);
+      cursor.fetch_rest();
     }
   }
 
