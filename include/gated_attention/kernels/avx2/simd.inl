@@ -15,18 +15,23 @@ struct Simd {
   // and 16 of them per column chunk (with the next block's rows fetched alongside) overflowed
   // Zen 3's 8-way L1: 16 took 1.27-1.33x longer on qwen3next_decode_32k and llama8b_decode_8k.
   static constexpr std::int64_t kDecodeBlock = 8;
+  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): 0, the next
+  // phase's rows only; on Zen 3, whose prefetches fill L1 too, a block further was slower.
+  static constexpr std::int64_t kDecodeFetchBlocks = 0;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   // A load that several FMAs of a tile use: kept in a register. Compilers otherwise fold it into
   // each FMA as a memory operand, one load per use, and AVX2 cores issue two loads per cycle for
-  // two FMAs (a 4x4 dot tile then spent 15 loads per 12 FMAs).
-  static V load_shared(const float* p) {
+  // two FMAs (a 4x4 dot tile then spent 15 loads per 12 FMAs). The same for prefill and decode
+  // tiles.
+  static V load_pinned(const float* p) {
     V v = _mm256_loadu_ps(p);
     __asm__("" : "+x"(v));
     return v;
   }
+  static V load_shared(const float* p) { return load_pinned(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static __m256i first(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

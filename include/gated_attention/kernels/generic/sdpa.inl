@@ -142,10 +142,10 @@ struct SdpaKernel {
       if (d < lines * L) ahead.fetch(1);  // a line per step, spread over the tile
       V kv[KB];
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = S::load_shared(keys + k * key_stride + d);
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_pinned(keys + k * key_stride + d);
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
-        const V q = S::load_shared(q_rows + r * q_stride + d);
+        const V q = S::load_pinned(q_rows + r * q_stride + d);
         GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
@@ -157,7 +157,7 @@ struct SdpaKernel {
       for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + full, tail);
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
-        const V q = S::load_shared(q_rows + r * q_stride + full);
+        const V q = S::load_pinned(q_rows + r * q_stride + full);
         GATED_ATTENTION_UNROLL
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
@@ -240,8 +240,8 @@ struct SdpaKernel {
     }
   }
 
-  // ahead: rows (the keys' V rows) fetched by the tiles in even shares, a line per step along d,
-  // and all of them by the end.
+  // ahead: rows (V rows the next phase reads) fetched by the tiles in even shares, a line per step
+  // along d, and all of them by the end.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                         std::int64_t dk, float* s, std::int64_t row_stride,
@@ -420,7 +420,7 @@ struct SdpaKernel {
                                                                const KvT* v) {
     V x[CV];
     GATED_ATTENTION_UNROLL
-    for (int c = 0; c < CV; ++c) x[c] = S::load_shared(v + c * L);
+    for (int c = 0; c < CV; ++c) x[c] = S::load_pinned(v + c * L);
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       const V pb = S::set1(p[r]);
@@ -810,21 +810,27 @@ struct SdpaKernel {
           const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
-          // Decode streams K/V from memory, each phase fetching what the next one reads, a line
-          // per tile step: the scores fetch this block's V rows, P.V the K rows of the next head
-          // (or the next block's first). A block further ahead was slower on Zen 3, whose
-          // prefetches fill L1 too (llama8b_decode_8k 1.2-1.4x, qwen3next_decode_32k 1.04-1.1x),
-          // and the hardware prefetcher alone 1.45x slower on qwen3next_decode_32k.
+          // Decode streams K/V from memory, each phase fetching what the next one reads
+          // S::kDecodeFetchBlocks blocks later, a line per tile step: the scores fetch V rows of
+          // this head, P.V the K rows of the next head (or of the next block's first). At a
+          // distance of 0 (the rows read next), the hardware prefetcher alone was 1.45x slower
+          // on qwen3next_decode_32k (Zen 3); see each ISA's kDecodeFetchBlocks.
           RowPrefetch next_keys;
           if (dot) {
+            const std::int64_t ahead = S::kDecodeFetchBlocks * block;
             const bool next_head = h + 1 < heads;
-            const std::int64_t next_n0 = next_head ? n0 : n0 + block;
+            const std::int64_t next_n0 = (next_head ? n0 : n0 + block) + ahead;
             if (next_n0 < end) {
-              next_keys = {next_head ? k_block + k_head_stride : k_base + next_n0 * k_stride,
+              next_keys = {k_base + (next_head ? h + 1 : 0) * k_head_stride + next_n0 * k_stride,
                            k_stride * kKvBytes, std::min(block, end - next_n0), dk * kKvBytes};
             }
+            RowPrefetch next_values;
+            if (n0 + ahead < end) {
+              next_values = {v_block + ahead * v_stride, v_stride * kKvBytes,
+                             std::min(block, end - n0 - ahead), dv * kKvBytes};
+            }
             score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
-                      RowPrefetch{v_block, v_stride * kKvBytes, nb, dv * kKvBytes});
+                      next_values);
           } else {
             scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
           }

@@ -12,12 +12,15 @@ struct Simd {
   static constexpr int kRowBlock = 6;
   static constexpr int kDimVectors = 4;
   static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
+  static constexpr std::int64_t kDecodeFetchBlocks =
+      0;  // decode phases fetch the next phase's rows
 
   static V zero() { return vdupq_n_f32(0.0f); }
   static V set1(float x) { return vdupq_n_f32(x); }
   static V load(const float* p) { return vld1q_f32(p); }
   // A load that several FMAs of a tile use (FMAs take no memory operand here).
   static V load_shared(const float* p) { return vld1q_f32(p); }
+  static V load_pinned(const float* p) { return load_shared(p); }
   static void store(float* p, V v) { vst1q_f32(p, v); }
   static V load_partial(const float* p, int n) {
     float lanes[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -12,12 +12,15 @@ struct Simd {
   static constexpr int kRowBlock = 4;
   static constexpr int kDimVectors = 4;
   static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
+  static constexpr std::int64_t kDecodeFetchBlocks =
+      0;  // decode phases fetch the next phase's rows
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
   static V load(const float* p) { return *p; }
   // A load that several FMAs of a tile use.
   static V load_shared(const float* p) { return *p; }
+  static V load_pinned(const float* p) { return load_shared(p); }
   static void store(float* p, V v) { *p = v; }
   static V load_partial(const float* p, int n) { return n > 0 ? *p : 0.0f; }
   static void store_partial(float* p, V v, int n) {
