@@ -14,8 +14,9 @@ struct Simd {
   // Keys per block with few rows (decode): 8, as on AVX2 (Zen 4's L1 is 8-way like Zen 3's);
   // with the fetch distance below, 16 measured no faster on Zen 4.
   static constexpr std::int64_t kDecodeBlock = 8;
-  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): Zen 4 streamed
-  // qwen3next_decode_32k 1.3x and llama8b_decode_8k 1.3x faster at 2 than at 0.
+  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): Zen 4 ran
+  // qwen3next_decode_32k and llama8b_decode_8k 1.2-1.3x faster at 2 than at 0 (1 and 2 threads;
+  // 1 about as fast as 2, 4 slower on 2 threads).
   static constexpr std::int64_t kDecodeFetchBlocks = 2;
 
   static V zero() { return _mm512_setzero_ps(); }
@@ -25,8 +26,8 @@ struct Simd {
   // (pinned, dense1p7b_prefill_2k and gpt2_prefill_1k ran 2-4% slower on Zen 4).
   static V load_shared(const float* p) { return _mm512_loadu_ps(p); }
   // A load that several FMAs of a decode tile use, kept in a register: folded into each FMA it
-  // costs a load per use, and decode tiles already load K or V rows at every step (Zen 4:
-  // llama8b_decode_8k 1.2x faster pinned).
+  // costs a load per use, and decode tiles already load K or V rows at every step (Zen 4, with
+  // the fetch distance above: llama8b_decode_8k 1.1-1.2x, qwen3next_decode_32k 1.3x faster).
   static V load_pinned(const float* p) {
     V v = _mm512_loadu_ps(p);
     __asm__("" : "+v"(v));
