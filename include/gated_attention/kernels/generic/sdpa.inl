@@ -791,6 +791,14 @@ struct SdpaKernel {
       // Few rows: blocks of S::kDecodeBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
       const std::int64_t block = dot ? S::kDecodeBlock : kKvBlock;
+      // Rows [n, n + block) of one head's K or V rows (`head`: its row 0; dims: the row's
+      // length), none past the range's end: what a decode phase fetches for a later one.
+      auto block_rows = [&](const KvT* head, std::int64_t stride, std::int64_t n,
+                            std::int64_t dims) {
+        return n < end ? RowPrefetch{head + n * stride, stride * kKvBytes, std::min(block, end - n),
+                                     dims * kKvBytes}
+                       : RowPrefetch{};
+      };
       for (std::int64_t n0 = begin; n0 < end; n0 += block) {
         const std::int64_t nb = std::min(block, end - n0);
         const std::int64_t n1 = n0 + nb - 1;
@@ -819,18 +827,10 @@ struct SdpaKernel {
           if (dot) {
             const std::int64_t ahead = S::kDecodeFetchBlocks * block;
             const bool next_head = h + 1 < heads;
-            const std::int64_t next_n0 = (next_head ? n0 : n0 + block) + ahead;
-            if (next_n0 < end) {
-              next_keys = {k_base + (next_head ? h + 1 : 0) * k_head_stride + next_n0 * k_stride,
-                           k_stride * kKvBytes, std::min(block, end - next_n0), dk * kKvBytes};
-            }
-            RowPrefetch next_values;
-            if (n0 + ahead < end) {
-              next_values = {v_block + ahead * v_stride, v_stride * kKvBytes,
-                             std::min(block, end - n0 - ahead), dv * kKvBytes};
-            }
+            next_keys = block_rows(k_base + (next_head ? h + 1 : 0) * k_head_stride, k_stride,
+                                   (next_head ? n0 : n0 + block) + ahead, dk);
             score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
-                      next_values);
+                      block_rows(v_base + h * v_head_stride, v_stride, n0 + ahead, dv));
           } else {
             scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
           }

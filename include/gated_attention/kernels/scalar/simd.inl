@@ -12,8 +12,8 @@ struct Simd {
   static constexpr int kRowBlock = 4;
   static constexpr int kDimVectors = 4;
   static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
-  static constexpr std::int64_t kDecodeFetchBlocks =
-      0;  // decode phases fetch the next phase's rows
+  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows.
+  static constexpr std::int64_t kDecodeFetchBlocks = 0;
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
