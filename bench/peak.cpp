@@ -4,10 +4,14 @@
 //   peak/read_bw/<shape>/threads:<n>  counter bytes_per_second: a streaming read of exactly the
 //                                     K/V bytes of that decode shape (named, or
 //                                     sweep_decode_<kv_len>)
+//   peak/read_bw_head_major/<shape>/threads:<n>  the same K/V bytes read in the decode kernel's
+//                                     order, hardware prefetch alone: per block of
+//                                     kHeadMajorBlock keys, each head's K rows, then its V rows
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <gated_attention/gated_attention.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +27,7 @@ namespace {
 
 constexpr int kChains = 12;  // independent accumulators: latency 4 x 2 FMA ports, with margin
 constexpr std::int64_t kFmaIterations = 1 << 20;
+constexpr std::int64_t kHeadMajorBlock = 8;  // keys: the AVX2 and AVX-512 decode block
 
 #if defined(__x86_64__) || defined(_M_X64)
 // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
@@ -173,6 +178,47 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   state.SetLabel(isa.name);
 }
 
+// K and V [kv_len, kv_heads, head_dim] each, read as the decode kernel walks them (one unit of
+// every head; each worker a share of the blocks).
+void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
+  const Isa isa = widest_isa();
+  const std::int64_t heads = s.batch * s.kv_heads, d = s.head_dim, row = heads * d;
+  const std::int64_t n = s.kv_len * row;
+  std::vector<float> k(static_cast<std::size_t>(n)), v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    k[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
+    v[static_cast<std::size_t>(i)] = static_cast<float>(i % 999983);
+  }
+  const std::int64_t blocks = (s.kv_len + kHeadMajorBlock - 1) / kHeadMajorBlock;
+  ga::ThreadPool pool(threads);
+  const ga::Executor ex = pool.executor();
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::int64_t rounds = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+      const ga::TaskRange r = ga::worker_share(blocks, static_cast<int>(t), threads);
+      float total = 0;
+      for (std::int64_t b = r.begin; b < r.end; ++b) {
+        const std::int64_t first = b * kHeadMajorBlock;
+        const std::int64_t last = std::min(s.kv_len, first + kHeadMajorBlock);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          for (std::int64_t key = first; key < last; ++key)
+            total += isa.read(&k[key * row + h * d], d);
+          for (std::int64_t key = first; key < last; ++key)
+            total += isa.read(&v[key * row + h * d], d);
+        }
+      }
+      sink[static_cast<std::size_t>(t)] = total;
+    });
+    benchmark::DoNotOptimize(sink.data());
+    ++rounds;
+  }
+  state.counters["bytes_per_second"] =
+      s.kv_bytes() * static_cast<double>(rounds) / seconds_since(start);
+  state.SetLabel(isa.name);
+}
+
 // The K/V bytes of a decode shape: the named ones under their names, the decode sweep's as
 // sweep_decode_<kv_len>.
 void register_read_bw(const std::string& name, const AttentionShape& s, const std::string& suffix,
@@ -188,7 +234,12 @@ int register_peaks() {
     benchmark::RegisterBenchmark(("peak/fma_f32" + suffix).c_str(), peak_fma, threads)
         ->Unit(benchmark::kMillisecond);
     for (const AttentionShape& s : ga::bench::kShapes) {
-      if (s.decode) register_read_bw(s.name, s, suffix, threads);
+      if (!s.decode) continue;
+      register_read_bw(s.name, s, suffix, threads);
+      benchmark::RegisterBenchmark(
+          (std::string("peak/read_bw_head_major/") + s.name + suffix).c_str(),
+          peak_read_bw_head_major, s, threads)
+          ->Unit(benchmark::kMillisecond);
     }
     for (std::int64_t kv_len : ga::bench::kSweepDecodeLens) {
       register_read_bw("sweep_decode_" + std::to_string(kv_len),
