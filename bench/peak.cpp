@@ -152,14 +152,20 @@ void peak_fma(benchmark::State& state, int threads) {
   state.SetLabel(isa.name);
 }
 
-void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
-  const Isa isa = widest_isa();
-  const std::int64_t n = bytes / static_cast<std::int64_t>(sizeof(float));
-  // Distinct values on every page: identical pages may be merged by the host and then read from
-  // cache, which would overstate the bandwidth.
+// n floats with distinct values on every page (value i % modulus): identical pages may be merged
+// by the host and then read from cache, which would overstate the bandwidth.
+std::vector<float> distinct_floats(std::int64_t n, std::int64_t modulus) {
   std::vector<float> buffer(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
-    buffer[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
+    buffer[static_cast<std::size_t>(i)] = static_cast<float>(i % modulus);
+  return buffer;
+}
+
+// Rounds of read_share(t) (worker t of `threads` reads its share and returns a sum), reported as
+// bytes_per_second for `bytes` read per round.
+template <class ReadShare>
+void time_reads(benchmark::State& state, double bytes, int threads, const char* isa_name,
+                ReadShare read_share) {
   ga::ThreadPool pool(threads);
   const ga::Executor ex = pool.executor();
   std::vector<float> sink(static_cast<std::size_t>(threads));
@@ -167,15 +173,23 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
-      const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
-      sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
+      sink[static_cast<std::size_t>(t)] = read_share(static_cast<int>(t));
     });
     benchmark::DoNotOptimize(sink.data());
     ++rounds;
   }
-  state.counters["bytes_per_second"] =
-      static_cast<double>(bytes) * static_cast<double>(rounds) / seconds_since(start);
-  state.SetLabel(isa.name);
+  state.counters["bytes_per_second"] = bytes * static_cast<double>(rounds) / seconds_since(start);
+  state.SetLabel(isa_name);
+}
+
+void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
+  const Isa isa = widest_isa();
+  const std::int64_t n = bytes / static_cast<std::int64_t>(sizeof(float));
+  const std::vector<float> buffer = distinct_floats(n, 1000003);
+  time_reads(state, static_cast<double>(bytes), threads, isa.name, [&](int t) {
+    const ga::TaskRange r = ga::worker_share(n, t, threads);
+    return isa.read(buffer.data() + r.begin, r.end - r.begin);
+  });
 }
 
 // K and V [kv_len, kv_heads, head_dim] each, read as the decode kernel walks them (one unit of
@@ -183,40 +197,24 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
 void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t heads = s.batch * s.kv_heads, d = s.head_dim, row = heads * d;
-  const std::int64_t n = s.kv_len * row;
-  std::vector<float> k(static_cast<std::size_t>(n)), v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    k[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000003);
-    v[static_cast<std::size_t>(i)] = static_cast<float>(i % 999983);
-  }
+  const std::vector<float> k = distinct_floats(s.kv_len * row, 1000003);
+  const std::vector<float> v = distinct_floats(s.kv_len * row, 999983);
   const std::int64_t blocks = (s.kv_len + kHeadMajorBlock - 1) / kHeadMajorBlock;
-  ga::ThreadPool pool(threads);
-  const ga::Executor ex = pool.executor();
-  std::vector<float> sink(static_cast<std::size_t>(threads));
-  std::int64_t rounds = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
-      const ga::TaskRange r = ga::worker_share(blocks, static_cast<int>(t), threads);
-      float total = 0;
-      for (std::int64_t b = r.begin; b < r.end; ++b) {
-        const std::int64_t first = b * kHeadMajorBlock;
-        const std::int64_t last = std::min(s.kv_len, first + kHeadMajorBlock);
-        for (std::int64_t h = 0; h < heads; ++h) {
-          for (std::int64_t key = first; key < last; ++key)
-            total += isa.read(&k[key * row + h * d], d);
-          for (std::int64_t key = first; key < last; ++key)
-            total += isa.read(&v[key * row + h * d], d);
-        }
+  time_reads(state, s.kv_bytes(), threads, isa.name, [&](int t) {
+    const ga::TaskRange r = ga::worker_share(blocks, t, threads);
+    float total = 0;
+    for (std::int64_t b = r.begin; b < r.end; ++b) {
+      const std::int64_t first = b * kHeadMajorBlock;
+      const std::int64_t last = std::min(s.kv_len, first + kHeadMajorBlock);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t key = first; key < last; ++key)
+          total += isa.read(&k[static_cast<std::size_t>(key * row + h * d)], d);
+        for (std::int64_t key = first; key < last; ++key)
+          total += isa.read(&v[static_cast<std::size_t>(key * row + h * d)], d);
       }
-      sink[static_cast<std::size_t>(t)] = total;
-    });
-    benchmark::DoNotOptimize(sink.data());
-    ++rounds;
-  }
-  state.counters["bytes_per_second"] =
-      s.kv_bytes() * static_cast<double>(rounds) / seconds_since(start);
-  state.SetLabel(isa.name);
+    }
+    return total;
+  });
 }
 
 // The K/V bytes of a decode shape: the named ones under their names, the decode sweep's as
