@@ -623,8 +623,11 @@ struct SdpaKernel {
     const V zero = S::zero(), one = S::set1(1.0f), tenth = S::set1(0.1f);
     V max_before_v = zero, max_after_v = zero, gate_sum_v = zero, gate_small_v = zero;
     float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
-    for (std::int64_t c = 0; c < dv; c += L) {
-      const int n = dv - c < L ? static_cast<int>(dv - c) : L;
+    // A compile-time dv unrolls the loop, so that the rows' vectors overlap their activations.
+    const std::int64_t width = kDv > 0 ? kDv : dv;
+    GATED_ATTENTION_UNROLL_PARTLY
+    for (std::int64_t c = 0; c < width; c += L) {
+      const int n = width - c < L ? static_cast<int>(width - c) : L;
       const V x = S::mul(S::load(o + c), inv_v);
       V y = x, act = one;
       if (gated) {
