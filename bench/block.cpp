@@ -44,13 +44,14 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
   const std::int64_t hid = c.hidden_size, b = s.batch, prefix = s.kv_len - s.q_len;
   // Weights scaled so that activations stay O(1).
   auto weight = [&](std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
-    std::vector<float> w = ga::bench::random_buffer(static_cast<std::size_t>(rows * cols), seed);
+    ga::bench::AlignedVector<float> w =
+        ga::bench::random_buffer(static_cast<std::size_t>(rows * cols), seed);
     for (float& x : w) x *= 0.05f;
     return w;
   };
   const auto wq = weight(c.q_proj_rows(), hid, 11), wk = weight(c.kv_width(), hid, 12);
   const auto wv = weight(c.kv_width(), hid, 13), wo = weight(hid, c.q_width(), 14);
-  const std::vector<float> norm(static_cast<std::size_t>(c.head_dim), 0.1f);
+  const ga::bench::AlignedVector<float> norm(static_cast<std::size_t>(c.head_dim), 0.1f);
   ga::BlockWeights<float> w;
   w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
   w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
@@ -61,11 +62,11 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
 
   const std::array<std::int64_t, 4> cache_extents = {b, s.kv_len, c.num_kv_heads, c.head_dim};
   const auto cache_elements = static_cast<std::size_t>(b * s.kv_len * c.kv_width());
-  std::vector<float> k_cache = ga::bench::random_buffer(cache_elements, 15);
-  std::vector<float> v_cache = ga::bench::random_buffer(cache_elements, 16);
+  ga::bench::AlignedVector<float> k_cache = ga::bench::random_buffer(cache_elements, 15);
+  ga::bench::AlignedVector<float> v_cache = ga::bench::random_buffer(cache_elements, 16);
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(b), prefix);
   const auto x = ga::bench::random_buffer(static_cast<std::size_t>(b * s.q_len * hid), 17);
-  std::vector<float> y(x.size());
+  ga::bench::AlignedVector<float> y(x.size());
   std::vector<std::int64_t> positions;
   for (std::int64_t i = 0; i < b; ++i) {
     for (std::int64_t t = 0; t < s.q_len; ++t) positions.push_back(prefix + t);

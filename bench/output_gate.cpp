@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aligned_buffer.hpp"
 #include "shapes.hpp"
 
 namespace ga = gated_attention;
@@ -17,8 +18,8 @@ namespace {
 
 void run_gate(benchmark::State& state, AttentionShape s, bool headwise, int threads) {
   const std::int64_t b = s.batch, l = s.q_len, h = s.q_heads, d = s.head_dim;
-  std::vector<float> attn(static_cast<std::size_t>(b * l * h * d), 0.5f);
-  std::vector<float> gate(attn.size());
+  ga::bench::AlignedVector<float> attn(static_cast<std::size_t>(b * l * h * d), 0.5f);
+  ga::bench::AlignedVector<float> gate(attn.size());
   for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = static_cast<float>(i % 97) * 0.1f - 5.0f;
   const auto out_view =
       ga::split_heads(ga::TensorView<float, 4>::contiguous(attn.data(), {b, l, h, d}), s.kv_heads);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "aligned_buffer.hpp"
 #include "shapes.hpp"
 
 namespace gated_attention::bench {
@@ -25,8 +26,8 @@ inline constexpr Gate kGates[] = {Gate::none, Gate::headwise, Gate::elementwise}
 
 // n values uniform in [-1, 1): splitmix64 indexed by position rather than a sequential engine, so
 // that filling the 512 MiB of K/V of a 128K-token decode costs a fraction of a second per call.
-inline std::vector<float> random_buffer(std::size_t n, std::uint32_t seed) {
-  std::vector<float> v(n);
+inline AlignedVector<float> random_buffer(std::size_t n, std::uint32_t seed) {
+  AlignedVector<float> v(n);
   const std::uint64_t base = static_cast<std::uint64_t>(seed) << 40;
   for (std::size_t i = 0; i < n; ++i) {
     std::uint64_t z = base + (i + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64 state i + 1
@@ -42,8 +43,8 @@ inline std::vector<float> random_buffer(std::size_t n, std::uint32_t seed) {
 // no gate set.
 struct SdpaCase {
   AttentionShape shape;
-  std::vector<float> q, k, v, g, out;
-  std::vector<float> stats_buffers;  // [5, b, q_len, kv_heads, group]: each AttentionStats output
+  AlignedVector<float> q, k, v, g, out;
+  AlignedVector<float> stats_buffers;  // [5, b, q_len, kv_heads, group]: each AttentionStats output
   SdpaArgs<float> args;
 
   explicit SdpaCase(const AttentionShape& s)

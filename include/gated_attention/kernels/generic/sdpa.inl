@@ -623,7 +623,7 @@ struct SdpaKernel {
     const V zero = S::zero(), one = S::set1(1.0f), tenth = S::set1(0.1f);
     V max_before_v = zero, max_after_v = zero, gate_sum_v = zero, gate_small_v = zero;
     float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
-    // A compile-time dv unrolls the loop, so that the rows' vectors overlap their activations.
+    // A compile-time dv unrolls the loop, so that a row's vectors overlap their activations.
     const std::int64_t width = kDv > 0 ? kDv : dv;
     GATED_ATTENTION_UNROLL_PARTLY
     for (std::int64_t c = 0; c < width; c += L) {
