@@ -186,7 +186,7 @@ void time_reads(benchmark::State& state, double bytes, int threads, const char* 
 void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t n = bytes / static_cast<std::int64_t>(sizeof(float));
-  const ga::bench::AlignedVector<float> buffer = distinct_floats(n, 1000003);
+  const auto buffer = distinct_floats(n, 1000003);
   time_reads(state, static_cast<double>(bytes), threads, isa.name, [&](int t) {
     const ga::TaskRange r = ga::worker_share(n, t, threads);
     return isa.read(buffer.data() + r.begin, r.end - r.begin);
@@ -198,8 +198,8 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
 void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t heads = s.batch * s.kv_heads, d = s.head_dim, row = heads * d;
-  const ga::bench::AlignedVector<float> k = distinct_floats(s.kv_len * row, 1000003);
-  const ga::bench::AlignedVector<float> v = distinct_floats(s.kv_len * row, 999983);
+  const auto k = distinct_floats(s.kv_len * row, 1000003);
+  const auto v = distinct_floats(s.kv_len * row, 999983);
   const std::int64_t blocks = (s.kv_len + kHeadMajorBlock - 1) / kHeadMajorBlock;
   time_reads(state, s.kv_bytes(), threads, isa.name, [&](int t) {
     const ga::TaskRange r = ga::worker_share(blocks, t, threads);

@@ -624,10 +624,10 @@ struct SdpaKernel {
     V max_before_v = zero, max_after_v = zero, gate_sum_v = zero, gate_small_v = zero;
     float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
     // A compile-time dv unrolls the loop, so that a row's vectors overlap their activations.
-    const std::int64_t width = kDv > 0 ? kDv : dv;
+    if constexpr (kDv > 0) dv = kDv;
     GATED_ATTENTION_UNROLL_PARTLY
-    for (std::int64_t c = 0; c < width; c += L) {
-      const int n = width - c < L ? static_cast<int>(width - c) : L;
+    for (std::int64_t c = 0; c < dv; c += L) {
+      const int n = dv - c < L ? static_cast<int>(dv - c) : L;
       const V x = S::mul(S::load(o + c), inv_v);
       V y = x, act = one;
       if (gated) {
