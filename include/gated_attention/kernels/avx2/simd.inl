@@ -65,7 +65,7 @@ struct Simd {
   }
   static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
   // out[i] = reduce_add(v[i]) for 4 vectors: 3 horizontal adds and one 128-bit fold.
-  static void reduce_add_4(const V (&v)[4], float* out) {
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
     const V h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }

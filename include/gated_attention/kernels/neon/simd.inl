@@ -52,7 +52,7 @@ struct Simd {
   static float reduce_add(V v) { return vaddvq_f32(v); }
   static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
   // out[i] = reduce_add(v[i]) for 4 vectors: 3 pairwise adds.
-  static void reduce_add_4(const V (&v)[4], float* out) {
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
     vst1q_f32(out, vpaddq_f32(vpaddq_f32(v[0], v[1]), vpaddq_f32(v[2], v[3])));
   }
   static float reduce_max(V v) { return vmaxvq_f32(v); }

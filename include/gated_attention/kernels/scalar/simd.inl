@@ -45,7 +45,7 @@ struct Simd {
   static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
   static float reduce_add(V v) { return v; }
   static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
-  static void reduce_add_4(const V (&v)[4], float* out) {
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
     GATED_ATTENTION_UNROLL
     for (int i = 0; i < 4; ++i) out[i] = v[i];
   }
