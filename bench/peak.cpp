@@ -7,6 +7,11 @@
 //   peak/read_bw_head_major/<shape>/threads:<n>  the same K/V bytes read in the decode kernel's
 //                                     order, hardware prefetch alone: per block of
 //                                     kHeadMajorBlock keys, each head's K rows, then its V rows
+//   decode_read_share/f32/<shape>/threads:<n>  counter share: the median over back-to-back
+//                                     pairs of (streaming read time / decode call time), the two
+//                                     reading the same K/V bytes: the decode row's bytes_per_second
+//                                     as a share of peak/read_bw, with the machine's drift between
+//                                     separately timed rows cancelled within each pair
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <gated_attention/gated_attention.hpp>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "aligned_buffer.hpp"
+#include "sdpa_case.hpp"
 #include "shapes.hpp"
 
 namespace ga = gated_attention;
@@ -193,6 +199,50 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   });
 }
 
+// Pairs of one streaming read of a buffer of the shape's K/V bytes and one ungated decode call
+// (their order alternating), on the same workers; counter share: the median of read time / call
+// time, counter pairs: how many.
+void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
+  const Isa isa = widest_isa();
+  const auto n = static_cast<std::int64_t>(s.kv_bytes() / sizeof(float));
+  const auto buffer = distinct_floats(n, 1000003);
+  ga::bench::SdpaCase c(s);
+  ga::ThreadPool pool(threads);
+  const ga::Executor ex = threads > 1 ? pool.executor() : ga::Executor{};
+  std::vector<unsigned char> workspace(ga::workspace_size(c.args, ex));
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::vector<double> shares;
+  for (auto _ : state) {
+    double seconds[2] = {0.0, 0.0};  // read, call
+    const int first = static_cast<int>(shares.size() % 2);
+    for (int i = 0; i < 2; ++i) {
+      const int which = (first + i) % 2;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (which == 0) {
+        ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+          const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
+          sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
+        });
+      } else {
+        const ga::Status status =
+            ga::run(c.args, ga::Workspace(workspace.data(), workspace.size()), ex);
+        if (!status) state.SkipWithError(status.message());
+      }
+      seconds[which] = seconds_since(t0);
+    }
+    benchmark::DoNotOptimize(sink.data());
+    benchmark::DoNotOptimize(c.out.data());
+    shares.push_back(seconds[0] / seconds[1]);
+  }
+  if (!shares.empty()) {
+    std::sort(shares.begin(), shares.end());
+    const std::size_t m = shares.size();
+    state.counters["share"] = m % 2 ? shares[m / 2] : 0.5 * (shares[m / 2 - 1] + shares[m / 2]);
+    state.counters["pairs"] = static_cast<double>(m);
+  }
+  state.SetLabel(ga::sdpa_path());
+}
+
 // K and V [kv_len, kv_heads, head_dim] each, read as the decode kernel walks them (one unit of
 // every head; each worker a share of the blocks).
 void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
@@ -238,6 +288,10 @@ int register_peaks() {
       benchmark::RegisterBenchmark(
           (std::string("peak/read_bw_head_major/") + s.name + suffix).c_str(),
           peak_read_bw_head_major, s, threads)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          (std::string("decode_read_share/f32/") + s.name + suffix).c_str(), decode_read_share, s,
+          threads)
           ->Unit(benchmark::kMillisecond);
     }
     for (std::int64_t kv_len : ga::bench::kSweepDecodeLens) {

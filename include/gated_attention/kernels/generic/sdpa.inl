@@ -137,9 +137,11 @@ struct SdpaKernel {
     // A compile-time dk gives the loop a constant trip count, which the compiler unrolls.
     const std::int64_t depth = kDk > 0 ? kDk : dk;
     const std::int64_t full = depth / L * L;
+    const std::int64_t steps = full / L;
+    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
     GATED_ATTENTION_UNROLL_PARTLY
     for (std::int64_t d = 0; d < full; d += L) {
-      if (d < lines * L) ahead.fetch(1);  // a line per step, spread over the tile
+      ahead.fetch(per_step);  // spread over the tile
       V kv[KB];
       GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) kv[k] = S::load_pinned(keys + k * key_stride + d);
@@ -162,7 +164,7 @@ struct SdpaKernel {
         for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], q, acc[k][r]);
       }
     }
-    ahead.fetch(lines - full / L);
+    ahead.fetch(lines - per_step * steps);
     store_dot_sums<KB, RB>(acc, scores, row_stride);
   }
 
@@ -188,7 +190,7 @@ struct SdpaKernel {
   static constexpr int kDotRowBlock = 4;
   static constexpr int kDotKeyBlock = std::min(4, (S::kRowBlock * S::kDimVectors) / kDotRowBlock);
 
-  // ahead: lines_per_tile lines fetched by each tile, a line per step along d.
+  // ahead: lines_per_tile lines fetched by each tile, in even shares over its steps along d.
   template <int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void score_dot_rows(
       const KvT* keys, std::int64_t key_stride, std::int64_t num_keys, const float* q_rows,
@@ -240,8 +242,8 @@ struct SdpaKernel {
     }
   }
 
-  // ahead: rows (V rows the next phase reads) fetched by the tiles in even shares, a line per step
-  // along d, and all of them by the end.
+  // ahead: rows (V rows the next phase reads) fetched by the tiles in even shares, spread over
+  // each tile's steps along d, and all of them by the end.
   static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                         std::int64_t dk, float* s, std::int64_t row_stride,
@@ -446,19 +448,20 @@ struct SdpaKernel {
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
     const KvT* row = values;
+    const std::int64_t per_key = num_keys > 0 ? (lines + num_keys - 1) / num_keys : 0;
     if constexpr (NK > 0) {
       GATED_ATTENTION_UNROLL
       for (int n = 0; n < NK; ++n, row += value_stride) {
-        if (n < lines) ahead.fetch(1);  // a line per key, spread over the tile
+        ahead.fetch(per_key);  // spread over the tile
         value_key_in_place(acc, p + n * kRowPadding, row);
       }
     } else {
       for (std::int64_t n = 0; n < num_keys; ++n, p += row_stride, row += value_stride) {
-        if (n < lines) ahead.fetch(1);
+        ahead.fetch(per_key);
         value_key_in_place(acc, p, row);
       }
     }
-    ahead.fetch(lines - num_keys);
+    ahead.fetch(lines - per_key * num_keys);
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       GATED_ATTENTION_UNROLL
@@ -502,7 +505,7 @@ struct SdpaKernel {
 
   // O += P V with V rows read in place, kFullRowKeys keys at a time, each group's tiles fetching
   // the next group's V rows. ahead: rows (the K rows read next) fetched by the tiles in even
-  // shares, a line per key, and all of them by the end.
+  // shares, spread over each tile's keys, and all of them by the end.
   static void accumulate_full_row_values(const float* p, std::int64_t row_stride, std::int64_t rows,
                                          const KvT* values, std::int64_t value_stride,
                                          std::int64_t num_keys, float* out, std::int64_t out_stride,
@@ -822,10 +825,12 @@ struct SdpaKernel {
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
           // Decode streams K/V from memory, each phase fetching what the next one reads
-          // S::kDecodeFetchBlocks blocks later, a line per tile step: the scores fetch V rows of
-          // this head, P.V the K rows of the next head (or of the next block's first). At a
-          // distance of 0 (the rows read next), the hardware prefetcher alone was 1.45x slower
-          // on qwen3next_decode_32k (Zen 3); see each ISA's kDecodeFetchBlocks.
+          // S::kDecodeFetchBlocks blocks later, spread evenly over the tiles' steps: the scores
+          // fetch V rows of this head, P.V the K rows of the next head (or of the next block's
+          // first). At a distance of 0 (the rows read next), the hardware prefetcher alone was
+          // 1.45x slower on qwen3next_decode_32k (Zen 3); see each ISA's kDecodeFetchBlocks. A
+          // line per step with the rest in a burst at each tile's end left Zen 4 stalled on the
+          // bursts (llama8b_decode_8k, 1 thread: decode_read_share 0.75-0.81 against 0.89-0.99).
           RowPrefetch next_keys;
           if (dot) {
             const std::int64_t ahead = S::kDecodeFetchBlocks * block;
