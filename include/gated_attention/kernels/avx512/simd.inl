@@ -11,13 +11,15 @@ struct Simd {
   static constexpr int kRowVectors = 2;  //   8 x 2 = 16 accumulators of 32
   static constexpr int kRowBlock = 8;    // P.V microkernel: rows x dv vectors
   static constexpr int kDimVectors = 2;  //   8 x 2 = 16 accumulators
-  // Keys per block with few rows (decode): 8, as on AVX2 (Zen 4's L1 is 8-way like Zen 3's);
-  // with the fetch distance below, 16 measured no faster on Zen 4.
-  static constexpr std::int64_t kDecodeBlock = 8;
-  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): Zen 4 ran
-  // qwen3next_decode_32k and llama8b_decode_8k 1.2-1.3x faster at 2 than at 0 (1 and 2 threads;
-  // 1 about as fast as 2, 4 slower on 2 threads).
-  static constexpr std::int64_t kDecodeFetchBlocks = 2;
+  // Keys per block with few rows (decode): 16, whose P.V tiles load and store their accumulators
+  // half as often as at 8 (AVX2's block, for Zen 3's L1). Zen 4, paired decode_read_share at a
+  // fetch distance of 16 keys: qwen3next_decode_32k 1 thread 0.89-0.97 against 0.74-0.85 at 8
+  // (2 blocks ahead); llama8b_decode_8k no different; 32 and 64 keys were slower.
+  static constexpr std::int64_t kDecodeBlock = 16;
+  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): 1, 16 keys. Zen 4
+  // ran both decode shapes 1.2-1.3x faster at 2 blocks of 8 than at 0; with blocks of 16, 3 ahead
+  // was slower than 1 (decode_read_share 0.80-0.97 against 0.90-1.02).
+  static constexpr std::int64_t kDecodeFetchBlocks = 1;
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
