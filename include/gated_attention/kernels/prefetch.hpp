@@ -60,20 +60,24 @@ struct RowPrefetch {
 struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;
+  const char* line = static_cast<const char*>(rows.first);  // line `offset` of row `row`
+  std::int64_t left = lines();  // lines not fetched yet
 
   std::int64_t lines() const { return rows.rows * rows.lines_per_row(); }
   // The next `count` lines (fewer at the end).
   GATED_ATTENTION_ALWAYS_INLINE void fetch(std::int64_t count) {
-    for (; count > 0 && offset < rows.bytes && rows.rows > 0; --count) {
-      prefetch_line_l2(static_cast<const char*>(rows.first) + row * rows.stride_bytes + offset);
+    for (count = count < left ? count : left, left -= count > 0 ? count : 0; count > 0; --count) {
+      prefetch_line_l2(line);
+      line += rows.stride_bytes;
       if (++row == rows.rows) {
         row = 0;
         offset += kCacheLine;
+        line = static_cast<const char*>(rows.first) + offset;
       }
     }
   }
   // Every line not fetched yet.
-  void fetch_rest() { fetch(lines()); }
+  void fetch_rest() { fetch(left); }
 };
 
 }  // namespace gated_attention::kernels
