@@ -6,7 +6,8 @@
 //                                     sweep_decode_<kv_len>)
 //   peak/read_bw_head_major/<shape>/threads:<n>  the same K/V bytes read in the decode kernel's
 //                                     order, hardware prefetch alone: per block of
-//                                     kHeadMajorBlock keys, each head's K rows, then its V rows
+//                                     head_major_block() keys, each head's K rows, then its V
+//                                     rows
 //   decode_read_share/f32/<shape>/threads:<n>  counter share: the median over back-to-back
 //                                     pairs of (streaming read time / decode call time), the two
 //                                     reading the same K/V bytes: the decode row's bytes_per_second
@@ -34,7 +35,6 @@ namespace {
 
 constexpr int kChains = 12;  // independent accumulators: latency 4 x 2 FMA ports, with margin
 constexpr std::int64_t kFmaIterations = 1 << 20;
-constexpr std::int64_t kHeadMajorBlock = 8;  // keys: the AVX2 and AVX-512 decode block
 
 #if defined(__x86_64__) || defined(_M_X64)
 // Through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
@@ -245,18 +245,24 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
 
 // K and V [kv_len, kv_heads, head_dim] each, read as the decode kernel walks them (one unit of
 // every head; each worker a share of the blocks).
+// Keys per decode block of the path that runs (Simd::kDecodeBlock): 8 on AVX2, 16 elsewhere.
+std::int64_t head_major_block() {
+  return ga::active_isa() == ga::Isa::avx2 ? 8 : 16;
+}
+
 void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t heads = s.batch * s.kv_heads, d = s.head_dim, row = heads * d;
   const auto k = distinct_floats(s.kv_len * row, 1000003);
   const auto v = distinct_floats(s.kv_len * row, 999983);
-  const std::int64_t blocks = (s.kv_len + kHeadMajorBlock - 1) / kHeadMajorBlock;
+  const std::int64_t block = head_major_block();
+  const std::int64_t blocks = (s.kv_len + block - 1) / block;
   time_reads(state, s.kv_bytes(), threads, isa.name, [&](int t) {
     const ga::TaskRange r = ga::worker_share(blocks, t, threads);
     float total = 0;
     for (std::int64_t b = r.begin; b < r.end; ++b) {
-      const std::int64_t first = b * kHeadMajorBlock;
-      const std::int64_t last = std::min(s.kv_len, first + kHeadMajorBlock);
+      const std::int64_t first = b * block;
+      const std::int64_t last = std::min(s.kv_len, first + block);
       for (std::int64_t h = 0; h < heads; ++h) {
         for (std::int64_t key = first; key < last; ++key)
           total += isa.read(&k[static_cast<std::size_t>(key * row + h * d)], d);
