@@ -235,10 +235,8 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
     shares.push_back(seconds[0] / seconds[1]);
   }
   if (!shares.empty()) {
-    std::sort(shares.begin(), shares.end());
-    const std::size_t m = shares.size();
-    state.counters["share"] = m % 2 ? shares[m / 2] : 0.5 * (shares[m / 2 - 1] + shares[m / 2]);
-    state.counters["pairs"] = static_cast<double>(m);
+    state.counters["share"] = ga::bench::median(shares);
+    state.counters["pairs"] = static_cast<double>(shares.size());
   }
   state.SetLabel(ga::sdpa_path());
 }

@@ -95,6 +95,13 @@ struct SdpaCase {
   }
 };
 
+// The median of values (not empty), which it sorts.
+inline double median(std::vector<double>& values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 inline double seconds_between(std::chrono::steady_clock::time_point a,
                               std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -159,10 +166,8 @@ inline void run_paired_overhead(benchmark::State& state, AttentionShape s, Gate 
     ratios.push_back(seconds[1] / seconds[0]);
   }
   if (!ratios.empty()) {
-    std::sort(ratios.begin(), ratios.end());
-    const std::size_t n = ratios.size();
-    state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
-    state.counters["pairs"] = static_cast<double>(n);
+    state.counters["ratio"] = median(ratios);
+    state.counters["pairs"] = static_cast<double>(ratios.size());
   }
   state.SetLabel(sdpa_path());
 }
