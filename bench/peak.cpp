@@ -199,9 +199,8 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   });
 }
 
-// Pairs of one streaming read of a buffer of the shape's K/V bytes and one ungated decode call
-// (their order alternating), on the same workers; counter share: the median of read time / call
-// time, counter pairs: how many.
+// time_pairs of an ungated decode call and a streaming read of a buffer of the shape's K/V bytes,
+// on the same workers; counter `share`: read time / call time.
 void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const auto n = static_cast<std::int64_t>(s.kv_bytes() / sizeof(float));
@@ -211,43 +210,43 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   const ga::Executor ex = threads > 1 ? pool.executor() : ga::Executor{};
   std::vector<unsigned char> workspace(ga::workspace_size(c.args, ex));
   std::vector<float> sink(static_cast<std::size_t>(threads));
-  std::vector<double> shares;
-  for (auto _ : state) {
-    double seconds[2] = {0.0, 0.0};  // read, call
-    const int first = static_cast<int>(shares.size() % 2);
-    for (int i = 0; i < 2; ++i) {
-      const int which = (first + i) % 2;
-      const auto t0 = std::chrono::steady_clock::now();
-      if (which == 0) {
-        ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
-          const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
-          sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
-        });
-      } else {
-        const ga::Status status =
-            ga::run(c.args, ga::Workspace(workspace.data(), workspace.size()), ex);
-        if (!status) state.SkipWithError(status.message());
-      }
-      seconds[which] = seconds_since(t0);
-    }
-    benchmark::DoNotOptimize(sink.data());
+  auto call = [&] {
+    const ga::Status status =
+        ga::run(c.args, ga::Workspace(workspace.data(), workspace.size()), ex);
+    if (!status) state.SkipWithError(status.message());
     benchmark::DoNotOptimize(c.out.data());
-    shares.push_back(seconds[0] / seconds[1]);
-  }
-  if (!shares.empty()) {
-    state.counters["share"] = ga::bench::median(shares);
-    state.counters["pairs"] = static_cast<double>(shares.size());
-  }
+  };
+  auto read = [&] {
+    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+      const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
+      sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  };
+  ga::bench::time_pairs(state, "share", call, read);
   state.SetLabel(ga::sdpa_path());
+}
+
+// Keys per decode block (Simd::kDecodeBlock) of the path that runs.
+std::int64_t head_major_block() {
+  namespace k = ga::kernels;
+  switch (ga::active_isa()) {
+#if GATED_ATTENTION_X86
+    case ga::Isa::avx512:
+      return k::avx512::Simd::kDecodeBlock;
+    case ga::Isa::avx2:
+      return k::avx2::Simd::kDecodeBlock;
+#elif GATED_ATTENTION_AARCH64
+    case ga::Isa::neon:
+      return k::neon::Simd::kDecodeBlock;
+#endif
+    default:
+      return k::scalar::Simd::kDecodeBlock;
+  }
 }
 
 // K and V [kv_len, kv_heads, head_dim] each, read as the decode kernel walks them (one unit of
 // every head; each worker a share of the blocks).
-// Keys per decode block of the path that runs (Simd::kDecodeBlock): 8 on AVX2, 16 elsewhere.
-std::int64_t head_major_block() {
-  return ga::active_isa() == ga::Isa::avx2 ? 8 : 16;
-}
-
 void peak_read_bw_head_major(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const std::int64_t heads = s.batch * s.kv_heads, d = s.head_dim, row = heads * d;

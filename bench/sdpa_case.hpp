@@ -135,12 +135,37 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
   state.SetLabel(sdpa_path());
 }
 
-// gate_overhead/... and stats_overhead/...: each iteration runs a call without and a call with
-// the feature back to back on the same buffers (in alternating order) and records with / without
-// time; counter `ratio` is the median of those paired ratios. Drift of the machine's speed, which
-// moves separately timed rows by several percent, cancels within a pair. The feature: `gate`
-// (stats false, the pair is ungated / gated), or every AttentionStats output (stats true, the
-// pair is gated / gated with the statistics).
+// Each iteration runs `base` and `other` back to back (their order alternating); counter `name`:
+// the median of the paired other / base times, counter `pairs`: how many. Drift of the machine's
+// speed, which moves separately timed rows by several percent, cancels within a pair.
+template <class Base, class Other>
+void time_pairs(benchmark::State& state, const char* name, Base base, Other other) {
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    double seconds[2] = {0.0, 0.0};  // base, other
+    const int first = static_cast<int>(ratios.size() % 2);
+    for (int i = 0; i < 2; ++i) {
+      const int which = (first + i) % 2;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (which == 0) {
+        base();
+      } else {
+        other();
+      }
+      seconds[which] = seconds_between(t0, std::chrono::steady_clock::now());
+    }
+    ratios.push_back(seconds[1] / seconds[0]);
+  }
+  if (!ratios.empty()) {
+    state.counters[name] = median(ratios);
+    state.counters["pairs"] = static_cast<double>(ratios.size());
+  }
+}
+
+// gate_overhead/... and stats_overhead/...: time_pairs of a call without and a call with the
+// feature on the same buffers; counter `ratio`: with / without. The feature: `gate` (stats false,
+// the pair is ungated / gated), or every AttentionStats output (stats true, the pair is gated /
+// gated with the statistics).
 inline void run_paired_overhead(benchmark::State& state, AttentionShape s, Gate gate, int threads,
                                 bool stats) {
   SdpaCase c(s);
@@ -150,25 +175,13 @@ inline void run_paired_overhead(benchmark::State& state, AttentionShape s, Gate 
   const Executor executor = threads > 1 ? pool.executor() : Executor{};
   std::vector<unsigned char> workspace(
       std::max(workspace_size(args[0], executor), workspace_size(args[1], executor)));
-  std::vector<double> ratios;
-  for (auto _ : state) {
-    double seconds[2] = {0.0, 0.0};
-    const int first = static_cast<int>(ratios.size() % 2);
-    for (int i = 0; i < 2; ++i) {
-      const int which = (first + i) % 2;
-      const auto t0 = std::chrono::steady_clock::now();
-      const Status s_run =
-          run(args[which], Workspace(workspace.data(), workspace.size()), executor);
-      seconds[which] = seconds_between(t0, std::chrono::steady_clock::now());
-      if (!s_run) state.SkipWithError(s_run.message());
-    }
+  auto call = [&](const SdpaArgs<float>& a) {
+    const Status s_run = run(a, Workspace(workspace.data(), workspace.size()), executor);
+    if (!s_run) state.SkipWithError(s_run.message());
     benchmark::DoNotOptimize(c.out.data());
-    ratios.push_back(seconds[1] / seconds[0]);
-  }
-  if (!ratios.empty()) {
-    state.counters["ratio"] = median(ratios);
-    state.counters["pairs"] = static_cast<double>(ratios.size());
-  }
+  };
+  time_pairs(
+      state, "ratio", [&] { call(args[0]); }, [&] { call(args[1]); });
   state.SetLabel(sdpa_path());
 }
 

@@ -61,7 +61,7 @@ struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;
   const char* line = static_cast<const char*>(rows.first);  // line `offset` of row `row`
-  std::int64_t left = lines();  // lines not fetched yet
+  std::int64_t left = lines();                              // lines not fetched yet
 
   std::int64_t lines() const { return rows.rows * rows.lines_per_row(); }
   // The next `count` lines (fewer at the end).
