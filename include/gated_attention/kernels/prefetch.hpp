@@ -30,7 +30,9 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_rows(const void* first, std::int64_t
 
 // Starts fetching the line that holds p, hinted for L2 (Intel keeps it out of L1; Zen 3 fills L1
 // too): data a later phase reads, fetched while the current one works (a KV cache streamed faster
-// than the hardware prefetcher alone brings it in).
+// than the hardware prefetcher alone brings it in). On Zen 4 the non-temporal hint halved decode's
+// speed (llama8b_decode_8k, 1 thread: decode_read_share 0.49-0.53 against 0.98-1.02); T2 was
+// no different from T1.
 GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
   __builtin_prefetch(p, 0, 2);
@@ -56,7 +58,11 @@ struct RowPrefetch {
 // Walks the lines of a RowPrefetch a few at a time, column by column (line j of every row, then
 // line j + 1): a phase's tiles fetch what the next phase reads in even shares, so that the fetches
 // spread over the phase. Row by row instead was 1.12-1.16x slower on Zen 3 (qwen3next_decode_32k,
-// llama8b_decode_8k: the rows are KV cache rows a power of two apart).
+// llama8b_decode_8k: the rows are KV cache rows a power of two apart). On Zen 4 (decode_read_share,
+// llama8b_decode_8k, 1 thread, against 0.85-1.00 in the same runs), these were slower: tiles
+// walking a register copy of the cursor, 0.79-0.85, though 1-3% faster with K/V in L3; each tile
+// fetching whole rows of its own, 0.75-0.81; only each row's first 1-4 lines, 0.42-0.47; the
+// unit's rows of all heads in address order, 0.76-0.90, or column by column, 0.68-0.69.
 struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;
