@@ -205,25 +205,18 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
   const auto n = static_cast<std::int64_t>(s.kv_bytes() / sizeof(float));
   const auto buffer = distinct_floats(n, 1000003);
-  ga::bench::SdpaCase c(s);
-  ga::ThreadPool pool(threads);
-  const ga::Executor ex = threads > 1 ? pool.executor() : ga::Executor{};
-  std::vector<unsigned char> workspace(ga::workspace_size(c.args, ex));
+  const ga::bench::SdpaCase c(s);
+  ga::bench::SdpaRunner call(threads, {c.args});
   std::vector<float> sink(static_cast<std::size_t>(threads));
-  auto call = [&] {
-    const ga::Status status =
-        ga::run(c.args, ga::Workspace(workspace.data(), workspace.size()), ex);
-    if (!status) state.SkipWithError(status.message());
-    benchmark::DoNotOptimize(c.out.data());
-  };
   auto read = [&] {
-    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+    ga::parallel_for(call.executor, threads, [&](std::int64_t t, int) {
       const ga::TaskRange r = ga::worker_share(n, static_cast<int>(t), threads);
       sink[static_cast<std::size_t>(t)] = isa.read(buffer.data() + r.begin, r.end - r.begin);
     });
     benchmark::DoNotOptimize(sink.data());
   };
-  ga::bench::time_pairs(state, "share", call, read);
+  ga::bench::time_pairs(
+      state, "share", [&] { call(state, c.args); }, read);
   state.SetLabel(ga::sdpa_path());
 }
 

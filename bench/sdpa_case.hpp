@@ -11,6 +11,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "aligned_buffer.hpp"
@@ -95,6 +96,27 @@ struct SdpaCase {
   }
 };
 
+// Runs SDPA calls on `threads` workers (the calling thread alone for 1), with one workspace large
+// enough for every args it was sized for.
+struct SdpaRunner {
+  ThreadPool pool;
+  Executor executor;
+  std::vector<unsigned char> workspace;
+
+  SdpaRunner(int threads, std::initializer_list<SdpaArgs<float>> sized_for)
+      : pool(threads), executor(threads > 1 ? pool.executor() : Executor{}) {
+    std::size_t bytes = 0;
+    for (const SdpaArgs<float>& a : sized_for) bytes = std::max(bytes, workspace_size(a, executor));
+    workspace.resize(bytes);
+  }
+  // One call; a failed one ends the row with its message.
+  void operator()(benchmark::State& state, const SdpaArgs<float>& args) {
+    const Status status = run(args, Workspace(workspace.data(), workspace.size()), executor);
+    if (!status) state.SkipWithError(status.message());
+    benchmark::DoNotOptimize(args.out.data);
+  }
+};
+
 // The median of values (not empty), which it sorts.
 inline double median(std::vector<double>& values) {
   std::sort(values.begin(), values.end());
@@ -112,9 +134,7 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
                      bool stats) {
   SdpaCase c(s);
   const SdpaArgs<float> args = stats ? c.with_stats(c.gated(gate)) : c.gated(gate);
-  ThreadPool pool(threads);
-  const Executor executor = threads > 1 ? pool.executor() : Executor{};
-  std::vector<unsigned char> workspace(workspace_size(args, executor));
+  SdpaRunner call(threads, {args});
   const Status status = can_implement(args);
   if (!status) {
     state.SkipWithError(status.message());
@@ -123,9 +143,7 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
   std::int64_t calls = 0;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const Status s_run = run(args, Workspace(workspace.data(), workspace.size()), executor);
-    if (!s_run) state.SkipWithError(s_run.message());
-    benchmark::DoNotOptimize(c.out.data());
+    call(state, args);
     ++calls;
   }
   const double seconds = seconds_between(start, std::chrono::steady_clock::now());
@@ -171,17 +189,9 @@ inline void run_paired_overhead(benchmark::State& state, AttentionShape s, Gate 
   SdpaCase c(s);
   const SdpaArgs<float> args[2] = {stats ? c.gated(gate) : c.gated(Gate::none),
                                    stats ? c.with_stats(c.gated(gate)) : c.gated(gate)};
-  ThreadPool pool(threads);
-  const Executor executor = threads > 1 ? pool.executor() : Executor{};
-  std::vector<unsigned char> workspace(
-      std::max(workspace_size(args[0], executor), workspace_size(args[1], executor)));
-  auto call = [&](const SdpaArgs<float>& a) {
-    const Status s_run = run(a, Workspace(workspace.data(), workspace.size()), executor);
-    if (!s_run) state.SkipWithError(s_run.message());
-    benchmark::DoNotOptimize(c.out.data());
-  };
+  SdpaRunner call(threads, {args[0], args[1]});
   time_pairs(
-      state, "ratio", [&] { call(args[0]); }, [&] { call(args[1]); });
+      state, "ratio", [&] { call(state, args[0]); }, [&] { call(state, args[1]); });
   state.SetLabel(sdpa_path());
 }
 
