@@ -274,6 +274,9 @@ void register_read_bw(const std::string& name, const AttentionShape& s, const st
 }
 
 int register_peaks() {
+  benchmark::AddCustomContext("huge_pages", ga::bench::huge_pages_requested()
+                                                ? "advised for buffers of 2 MiB or more"
+                                                : "no (GATED_ATTENTION_BENCH_HUGE_PAGES unset)");
   for (int threads : {1, 2}) {
     const std::string suffix = "/threads:" + std::to_string(threads);
     benchmark::RegisterBenchmark(("peak/fma_f32" + suffix).c_str(), peak_fma, threads)
