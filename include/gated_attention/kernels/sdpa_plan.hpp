@@ -80,7 +80,7 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
 struct SdpaWorkerScratch {
   // Per unit head h, at offset h * (size of one head's array):
   float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
-  float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T
+  float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T (decode: per head)
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
   float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
                                    // columns kPackedColumnPadding floats apart
@@ -114,7 +114,7 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_w
   for (int w = 0; w < p.num_workers; ++w) {
     SdpaWorkerScratch s;
     s.q_t = ws.allocate<float>(heads * static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
-    s.scores = ws.allocate<float>(static_cast<std::size_t>(kKvBlock) * rs);
+    s.scores = ws.allocate<float>(heads * static_cast<std::size_t>(kKvBlock) * rs);
     s.out = ws.allocate<float>(heads * rs * static_cast<std::size_t>(p.dv_padded));
     s.v_packed = ws.allocate<float>(  // dv_padded columns at most (one lane)
         static_cast<std::size_t>((kKvBlock + kPackedColumnPadding) * p.dv_padded));

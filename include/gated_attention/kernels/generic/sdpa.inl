@@ -242,20 +242,34 @@ struct SdpaKernel {
     }
   }
 
-  // ahead: rows (V rows the next phase reads) fetched by the tiles in even shares, spread over
+  // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of
+  // kDotKeyBlock keys outer and heads inner, so that K is read in address order where a key's
+  // heads lie together. Against head by head, Zen 4, decode_read_share in alternating rounds:
+  // qwen3next_decode_32k 1 thread 0.86-0.93 against 0.77-0.89; on huge pages, 1 thread
+  // llama8b_decode_8k 0.59-0.73 against 0.55-0.60. q_rows: head h at q_rows + h * q_head_stride.
+  // ahead: rows (the V rows the next phase reads) fetched by the tiles in even shares, spread over
   // each tile's steps along d, and all of them by the end.
-  static void score_dot(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
-                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride,
+  static void score_dot(std::int64_t heads, std::int64_t rows, const KvT* keys,
+                        std::int64_t key_stride, std::int64_t key_head_stride,
+                        std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
+                        std::int64_t q_stride, std::int64_t dk, float* s,
+                        std::int64_t s_head_stride, std::int64_t row_stride,
                         const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotRowBlock - 1) / kDotRowBlock;
-    const std::int64_t tiles = groups * ((num_keys + kDotKeyBlock - 1) / kDotKeyBlock);
+    const std::int64_t tiles = heads * groups * ((num_keys + kDotKeyBlock - 1) / kDotKeyBlock);
     LineCursor cursor{ahead};
     const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
-    for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
-      score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r), keys, key_stride, num_keys,
-                      q_rows + r * q_stride, q_stride, dk, s + r, row_stride, cursor,
-                      lines_per_tile);
+    for (std::int64_t n = 0; n < num_keys; n += kDotKeyBlock) {
+      const std::int64_t count = std::min<std::int64_t>(kDotKeyBlock, num_keys - n);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t r = 0; r < rows; r += kDotRowBlock) {
+          score_dot_group(std::min<std::int64_t>(kDotRowBlock, rows - r),
+                          keys + h * key_head_stride + n * key_stride, key_stride, count,
+                          q_rows + h * q_head_stride + r * q_stride, q_stride, dk,
+                          s + h * s_head_stride + n * row_stride + r, row_stride, cursor,
+                          lines_per_tile);
+        }
+      }
     }
     cursor.fetch_rest();
   }
@@ -543,8 +557,8 @@ struct SdpaKernel {
 
   // Sets the scores of keys a row does not see to -inf, in a block of num_keys keys from key
   // first: rows along lanes, each key's visibility tested by two vector compares.
-  static void mask_block(const SdpaWorkerScratch& w, std::int64_t first, std::int64_t num_keys,
-                         std::int64_t rows_v, std::int64_t row_stride) {
+  static void mask_block(const SdpaWorkerScratch& w, float* scores, std::int64_t first,
+                         std::int64_t num_keys, std::int64_t rows_v, std::int64_t row_stride) {
     for (std::int64_t r = 0; r < rows_v; ++r) {
       w.block_lo[r] =
           static_cast<float>(std::clamp<std::int64_t>(w.key_lo[r] - first, 0, num_keys));
@@ -554,7 +568,7 @@ struct SdpaKernel {
     const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
     for (std::int64_t n = 0; n < num_keys; ++n) {
       const V key = S::set1(static_cast<float>(n));
-      float* s = w.scores + n * row_stride;
+      float* s = scores + n * row_stride;
       for (std::int64_t r = 0; r < rows_v; r += L) {
         V x = S::select_less(key, S::load(w.block_lo + r), neg_inf, S::load(s + r));
         x = S::select_less(S::load(w.block_hi + r), key, neg_inf, x);
@@ -788,7 +802,7 @@ struct SdpaKernel {
         }
       }
       if (dot) {  // padded rows of S^T, which the dot kernel does not write
-        for (std::int64_t n = 0; n < kKvBlock; ++n) {
+        for (std::int64_t n = 0; n < heads * S::kDecodeBlock; ++n) {
           for (std::int64_t r = rows; r < rows_v; ++r) w.scores[n * rs + r] = 0.0f;
         }
       }
@@ -800,13 +814,30 @@ struct SdpaKernel {
       // Few rows: blocks of S::kDecodeBlock keys, whose K rows (then V rows) of every head of the
       // unit lie together in memory and are read as one sequential stream.
       const std::int64_t block = dot ? S::kDecodeBlock : kKvBlock;
-      // Rows [n, n + block) of one head's K or V rows (`head`: its row 0; dims: the row's
-      // length), none past the range's end: what a decode phase fetches for a later one.
-      auto block_rows = [&](const KvT* head, std::int64_t stride, std::int64_t n,
-                            std::int64_t dims) {
-        return n < end ? RowPrefetch{head + n * stride, stride * kKvBytes, std::min(block, end - n),
-                                     dims * kKvBytes}
-                       : RowPrefetch{};
+      // The rows [n, n + block) of every head of K or V (`base`: head 0's row 0; dims: a row's
+      // length), none past the range's end, as one strided run of spans: one span per key where
+      // a key's heads lie within its stride (as in [b, s, h, d]), else one per head: what a decode
+      // phase fetches for a later one.
+      auto block_rows = [&](const KvT* base, std::int64_t key_stride, std::int64_t head_stride,
+                            std::int64_t n, std::int64_t dims) {
+        if (n >= end) return RowPrefetch{};
+        const std::int64_t keys = std::min(block, end - n);
+        const std::int64_t key_span = (heads - 1) * head_stride + dims;
+        if (key_span <= key_stride) {
+          return RowPrefetch{base + n * key_stride, key_stride * kKvBytes, keys,
+                             key_span * kKvBytes};
+        }
+        return RowPrefetch{base + n * key_stride, head_stride * kKvBytes, heads,
+                           ((keys - 1) * key_stride + dims) * kKvBytes};
+      };
+      // Head h's share of `rows`, in order: what its P.V phase fetches.
+      auto head_share = [&](const RowPrefetch& rows_ahead, std::int64_t h) {
+        const std::int64_t per = (rows_ahead.rows + heads - 1) / heads;
+        const std::int64_t from = std::min(rows_ahead.rows, h * per);
+        if (from == rows_ahead.rows) return RowPrefetch{};
+        return RowPrefetch{
+            static_cast<const char*>(rows_ahead.first) + from * rows_ahead.stride_bytes,
+            rows_ahead.stride_bytes, std::min(per, rows_ahead.rows - from), rows_ahead.bytes};
       };
       for (std::int64_t n0 = begin; n0 < end; n0 += block) {
         const std::int64_t nb = std::min(block, end - n0);
@@ -821,33 +852,35 @@ struct SdpaKernel {
           if (w.key_lo[r] > n0 || w.key_hi[r] < n1) full = false;
         }
         if (!any) continue;
-        // All of the unit's heads on this block in turn: their K/V rows share cache lines' pages
-        // and are read together.
+        // Decode streams K/V from memory, each phase fetching what a later one reads
+        // S::kDecodeFetchBlocks blocks ahead, spread evenly over the tiles' steps: the scores of
+        // every head fetch the V rows, each head's P.V a share of the K rows. At a distance of 0
+        // (the rows read next), the hardware prefetcher alone was 1.45x slower on
+        // qwen3next_decode_32k (Zen 3); see each ISA's kDecodeFetchBlocks. A line per step with
+        // the rest in a burst at each tile's end left Zen 4 stalled on the bursts
+        // (llama8b_decode_8k, 1 thread: decode_read_share 0.75-0.81 against 0.89-0.99).
+        RowPrefetch keys_ahead;
+        if (dot) {
+          const std::int64_t ahead = n0 + S::kDecodeFetchBlocks * block;
+          // At least the next block's K: the scores have read this one's.
+          keys_ahead =
+              block_rows(k_base, k_stride, k_head_stride,
+                         n0 + std::max<std::int64_t>(S::kDecodeFetchBlocks, 1) * block, dk);
+          score_dot(heads, rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, w.q_t, q_size,
+                    dk_padded, dk, w.scores, block * rs, rs,
+                    block_rows(v_base, v_stride, v_head_stride, ahead, dv));
+        }
+        // Then each head's softmax and P.V.
         for (std::int64_t h = 0; h < heads; ++h) {
           const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
-          // Decode streams K/V from memory, each phase fetching what the next one reads
-          // S::kDecodeFetchBlocks blocks later, spread evenly over the tiles' steps: the scores
-          // fetch V rows of this head, P.V the K rows of the next head (or of the next block's
-          // first). At a distance of 0 (the rows read next), the hardware prefetcher alone was
-          // 1.45x slower on qwen3next_decode_32k (Zen 3); see each ISA's kDecodeFetchBlocks. A
-          // line per step with the rest in a burst at each tile's end left Zen 4 stalled on the
-          // bursts (llama8b_decode_8k, 1 thread: decode_read_share 0.75-0.81 against 0.89-0.99).
-          RowPrefetch next_keys;
-          if (dot) {
-            const std::int64_t ahead = S::kDecodeFetchBlocks * block;
-            const bool next_head = h + 1 < heads;
-            next_keys = block_rows(k_base + (next_head ? h + 1 : 0) * k_head_stride, k_stride,
-                                   (next_head ? n0 : n0 + block) + ahead, dk);
-            score_dot(rows, k_block, k_stride, nb, w.q_t + h * q_size, dk_padded, dk, w.scores, rs,
-                      block_rows(v_base + h * v_head_stride, v_stride, n0 + ahead, dv));
-          } else {
-            scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, w.scores, rs);
-          }
-          if (!full) mask_block(w, n0, nb, rows_v, rs);
+          float* head_scores = w.scores + (dot ? h * block * rs : 0);  // heads' blocks packed
+          if (!dot) scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, head_scores, rs);
+          const RowPrefetch next_keys = head_share(keys_ahead, h);
+          if (!full) mask_block(w, head_scores, n0, nb, rows_v, rs);
           float* alpha = w.alpha + h * rs;
-          softmax_block(w.scores, nb, rows_v, rs, w.max + h * rs, w.sum + h * rs, alpha);
+          softmax_block(head_scores, nb, rows_v, rs, w.max + h * rs, w.sum + h * rs, alpha);
           for (std::int64_t r = 0; r < rows; ++r) {
             if (alpha[r] != 1.0f) scale_row(out + r * dvp, dvp, alpha[r]);
           }
@@ -857,7 +890,7 @@ struct SdpaKernel {
             for (std::int64_t r = 0; r < rows_v; r += L) {
               V mass = S::mul(S::load(sink + r), S::load(alpha + r));
               for (std::int64_t n = 0; n < sink_keys; ++n) {
-                mass = S::add(mass, S::load(w.scores + n * rs + r));
+                mass = S::add(mass, S::load(head_scores + n * rs + r));
               }
               S::store(sink + r, mass);
             }
@@ -865,15 +898,15 @@ struct SdpaKernel {
           // In a block some rows see only in part, a zero weight times NaN or Inf in V would
           // reach rows that do not see that key: such blocks with non-finite V skip zero weights.
           if (!full && !values_finite(v_block, v_stride, nb, dv)) {
-            accumulate_values_skipping_zero_weights(w.scores, rs, rows, v_block, v_stride, nb, dv,
-                                                    out, dvp);
+            accumulate_values_skipping_zero_weights(head_scores, rs, rows, v_block, v_stride, nb,
+                                                    dv, out, dvp);
           } else if (values_in_place) {
-            accumulate_full_row_values(w.scores, rs, rows, v_block, v_stride, nb, out, dvp,
+            accumulate_full_row_values(head_scores, rs, rows, v_block, v_stride, nb, out, dvp,
                                        next_keys);
           } else {
             next_keys.fetch(0, next_keys.rows);
             pack_values(v_block, v_stride, nb, dv, dvp, w.v_packed);
-            accumulate_packed_values(w.scores, rs, rows, w.v_packed, nb, dvp, out);
+            accumulate_packed_values(head_scores, rs, rows, w.v_packed, nb, dvp, out);
           }
         }
       }
