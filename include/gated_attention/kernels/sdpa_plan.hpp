@@ -80,7 +80,8 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
 struct SdpaWorkerScratch {
   // Per unit head h, at offset h * (size of one head's array):
   float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
-  float* scores = nullptr;         // [kKvBlock, row_stride] S^T, then P^T (decode: per head)
+  float* scores = nullptr;         // [heads * kKvBlock, row_stride] S^T, then P^T: one block,
+                                   // or (decode) each head's block of kDecodeBlock keys in turn
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
   float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
                                    // columns kPackedColumnPadding floats apart

@@ -861,14 +861,14 @@ struct SdpaKernel {
         // (llama8b_decode_8k, 1 thread: decode_read_share 0.75-0.81 against 0.89-0.99).
         RowPrefetch keys_ahead;
         if (dot) {
-          const std::int64_t ahead = n0 + S::kDecodeFetchBlocks * block;
-          // At least the next block's K: the scores have read this one's.
-          keys_ahead =
-              block_rows(k_base, k_stride, k_head_stride,
-                         n0 + std::max<std::int64_t>(S::kDecodeFetchBlocks, 1) * block, dk);
+          const std::int64_t values_from = n0 + S::kDecodeFetchBlocks * block;
+          // K: at least the next block's (the scores have read this one's).
+          const std::int64_t keys_from =
+              n0 + std::max<std::int64_t>(S::kDecodeFetchBlocks, 1) * block;
+          keys_ahead = block_rows(k_base, k_stride, k_head_stride, keys_from, dk);
           score_dot(heads, rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, w.q_t, q_size,
                     dk_padded, dk, w.scores, block * rs, rs,
-                    block_rows(v_base, v_stride, v_head_stride, ahead, dv));
+                    block_rows(v_base, v_stride, v_head_stride, values_from, dv));
         }
         // Then each head's softmax and P.V.
         for (std::int64_t h = 0; h < heads; ++h) {
