@@ -81,7 +81,8 @@ struct SdpaWorkerScratch {
   // Per unit head h, at offset h * (size of one head's array):
   float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
   float* scores = nullptr;         // [heads * kKvBlock, row_stride] S^T, then P^T: one block,
-                                   // or (decode) each head's block of kDecodeBlock keys in turn
+                                   // or (decode) each head's block of kDecodeBlock keys in turn,
+                                   // rows packed 4 or 8 to a key
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
   float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
                                    // columns kPackedColumnPadding floats apart

@@ -69,6 +69,8 @@ struct Simd {
     const V h = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }
+  // v with adjacent groups of `width` lanes swapped (width 4).
+  static V swap_groups(V v, int) { return _mm256_permute2f128_ps(v, v, 1); }
   static float reduce_max(V v) {
     __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     b = _mm_max_ps(b, _mm_movehl_ps(b, b));

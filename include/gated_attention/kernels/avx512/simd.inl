@@ -101,6 +101,10 @@ struct Simd {
     _mm_storeu_ps(out + 2 * stride, _mm512_extractf32x4_ps(ordered, 2));
     _mm_storeu_ps(out + 3 * stride, _mm512_extractf32x4_ps(ordered, 3));
   }
+  // v with adjacent groups of `width` lanes swapped (width 4 or 8).
+  static V swap_groups(V v, int width) {
+    return width == 8 ? _mm512_shuffle_f32x4(v, v, 0x4E) : _mm512_shuffle_f32x4(v, v, 0xB1);
+  }
   static float reduce_max(V v) {
     const __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
