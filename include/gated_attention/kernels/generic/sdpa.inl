@@ -555,61 +555,7 @@ struct SdpaKernel {
     }
   }
 
-  // w.block_lo and w.block_hi of rows [0, rows) for a block of num_keys keys from key first.
-  static void block_bounds(const SdpaWorkerScratch& w, std::int64_t first, std::int64_t num_keys,
-                           std::int64_t rows) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      w.block_lo[r] =
-          static_cast<float>(std::clamp<std::int64_t>(w.key_lo[r] - first, 0, num_keys));
-      w.block_hi[r] =
-          static_cast<float>(std::clamp<std::int64_t>(w.key_hi[r] - first, -1, num_keys - 1));
-    }
-  }
-
-  // Sets the scores of keys a row does not see to -inf, in a block of num_keys keys from key
-  // first: rows along lanes, each key's visibility tested by two vector compares.
-  static void mask_block(const SdpaWorkerScratch& w, float* scores, std::int64_t first,
-                         std::int64_t num_keys, std::int64_t rows_v, std::int64_t row_stride) {
-    block_bounds(w, first, num_keys, rows_v);
-    const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
-    for (std::int64_t n = 0; n < num_keys; ++n) {
-      const V key = S::set1(static_cast<float>(n));
-      float* s = scores + n * row_stride;
-      for (std::int64_t r = 0; r < rows_v; r += L) {
-        V x = S::select_less(key, S::load(w.block_lo + r), neg_inf, S::load(s + r));
-        x = S::select_less(S::load(w.block_hi + r), key, neg_inf, x);
-        S::store(s + r, x);
-      }
-    }
-  }
-
-  // Online softmax over one block of scores (log2 units), in place: S^T becomes P^T.
-  static void softmax_block(float* s, std::int64_t num_keys, std::int64_t rows_v,
-                            std::int64_t row_stride, float* max, float* sum, float* alpha) {
-    const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
-    const V lowest = S::set1(std::numeric_limits<float>::lowest());
-    for (std::int64_t r = 0; r < rows_v; r += L) {
-      V block_max = neg_inf;
-      for (std::int64_t n = 0; n < num_keys; ++n) {
-        block_max = S::max(block_max, S::load(s + n * row_stride + r));
-      }
-      const V old_max = S::load(max + r);
-      const V new_max = S::max(old_max, block_max);
-      const V shift = S::max(new_max, lowest);  // rows with no key yet: exp2(-inf - lowest) = 0
-      const V a = exp2_lanes(S::sub(old_max, shift));
-      S::store(max + r, new_max);
-      S::store(alpha + r, a);
-      V block_sum = S::zero();
-      for (std::int64_t n = 0; n < num_keys; ++n) {
-        const V e = exp2_lanes(S::sub(S::load(s + n * row_stride + r), shift));
-        S::store(s + n * row_stride + r, e);
-        block_sum = S::add(block_sum, e);
-      }
-      S::store(sum + r, S::fma(S::load(sum + r), a, block_sum));
-    }
-  }
-
-  // Lanes of v folded across groups of `width` lanes (width a power of two below L): each lane
+  // Lanes of v folded across groups of `width` lanes (width a power of two, at most L): each lane
   // holds the max (or sum) of the lanes at its position in every group.
   template <class Vectors = S>
   static V fold_max(V v, std::int64_t width) {
@@ -632,46 +578,84 @@ struct SdpaKernel {
     return fold_add(S::load_partial(p, static_cast<int>(width)), width);
   }
 
-  // softmax_block on packed scores: S^T[n, r] at s[n * width + r] for width < L rows (decode),
-  // L / width keys per vector; the last vector's keys past num_keys are set to -inf first.
-  static void softmax_packed_block(float* s, std::int64_t num_keys, std::int64_t width, float* max,
-                                   float* sum, float* alpha) {
-    const std::int64_t per = L / width;
-    const std::int64_t vectors = (num_keys + per - 1) / per;
-    std::fill(s + num_keys * width, s + vectors * L, -std::numeric_limits<float>::infinity());
-    V block_max = S::set1(-std::numeric_limits<float>::infinity());
-    for (std::int64_t i = 0; i < vectors; ++i) block_max = S::max(block_max, S::load(s + i * L));
-    const V old_max = repeat(max, width);
-    const V new_max = S::max(old_max, fold_max(block_max, width));
-    const V shift = S::max(new_max, S::set1(std::numeric_limits<float>::lowest()));
-    const V a = exp2_lanes(S::sub(old_max, shift));
-    S::store_partial(max, new_max, static_cast<int>(width));
-    S::store_partial(alpha, a, static_cast<int>(width));
-    V block_sum = S::zero();
-    for (std::int64_t i = 0; i < vectors; ++i) {
-      const V e = exp2_lanes(S::sub(S::load(s + i * L), shift));
-      S::store(s + i * L, e);
-      block_sum = S::add(block_sum, e);
+  // How a block's S^T [num_keys, row_stride] lies in vectors. row_stride >= L: rows along lanes,
+  // row group r's vector for key n at s + n * row_stride + r. row_stride < L (decode's 4 or 8
+  // rows, packed): one group of `width` rows, L / width keys per vector, vector i at s + i * L.
+  struct ScoreVectors {
+    std::int64_t width, keys_per_vector, count, stride;
+    ScoreVectors(std::int64_t num_keys, std::int64_t row_stride)
+        : width(std::min<std::int64_t>(row_stride, L)),
+          keys_per_vector(L / width),
+          count((num_keys + keys_per_vector - 1) / keys_per_vector),
+          stride(row_stride < L ? L : row_stride) {}
+  };
+
+  // w.block_lo and w.block_hi of rows [0, rows) for a block of num_keys keys from key first.
+  static void block_bounds(const SdpaWorkerScratch& w, std::int64_t first, std::int64_t num_keys,
+                           std::int64_t rows) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      w.block_lo[r] =
+          static_cast<float>(std::clamp<std::int64_t>(w.key_lo[r] - first, 0, num_keys));
+      w.block_hi[r] =
+          static_cast<float>(std::clamp<std::int64_t>(w.key_hi[r] - first, -1, num_keys - 1));
     }
-    S::store_partial(sum, S::fma(repeat(sum, width), a, fold_add(block_sum, width)),
-                     static_cast<int>(width));
   }
 
-  // mask_block on packed scores (see softmax_packed_block).
-  static void mask_packed_block(const SdpaWorkerScratch& w, float* scores, std::int64_t first,
-                                std::int64_t num_keys, std::int64_t width) {
-    block_bounds(w, first, num_keys, width);
-    const std::int64_t per = L / width;
-    alignas(64) float lane_keys[L];
-    for (std::int64_t l = 0; l < L; ++l) lane_keys[l] = static_cast<float>(l / width);
+  // Sets the scores of keys a row does not see to -inf, in a block of num_keys keys from key
+  // first (rows_v <= row_stride, or rows packed; see ScoreVectors): each vector's visibility tested
+  // by two vector compares.
+  static void mask_block(const SdpaWorkerScratch& w, float* scores, std::int64_t first,
+                         std::int64_t num_keys, std::int64_t rows_v, std::int64_t row_stride) {
+    const ScoreVectors sv(num_keys, row_stride);
+    block_bounds(w, first, num_keys, rows_v);
+    alignas(64) float lane_keys[L];  // a lane's key within its vector
+    for (std::int64_t l = 0; l < L; ++l) lane_keys[l] = static_cast<float>(l / sv.width);
     const V offsets = S::load(lane_keys);
-    const V lo = repeat(w.block_lo, width), hi = repeat(w.block_hi, width);
     const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
-    for (std::int64_t i = 0; i * per < num_keys; ++i) {
-      const V key = S::add(S::set1(static_cast<float>(i * per)), offsets);
-      V x = S::select_less(key, lo, neg_inf, S::load(scores + i * L));
-      x = S::select_less(hi, key, neg_inf, x);
-      S::store(scores + i * L, x);
+    for (std::int64_t r = 0; r < rows_v; r += L) {
+      const V lo = repeat(w.block_lo + r, sv.width), hi = repeat(w.block_hi + r, sv.width);
+      for (std::int64_t i = 0; i < sv.count; ++i) {
+        const V key = S::add(S::set1(static_cast<float>(i * sv.keys_per_vector)), offsets);
+        float* s = scores + i * sv.stride + r;
+        V x = S::select_less(key, lo, neg_inf, S::load(s));
+        x = S::select_less(hi, key, neg_inf, x);
+        S::store(s, x);
+      }
+    }
+  }
+
+  // Online softmax over one block of scores (log2 units), in place: S^T becomes P^T (laid out as
+  // in mask_block). Packed rows: the last vector's keys past num_keys are set to -inf first.
+  static void softmax_block(float* s, std::int64_t num_keys, std::int64_t rows_v,
+                            std::int64_t row_stride, float* max, float* sum, float* alpha) {
+    const ScoreVectors sv(num_keys, row_stride);
+    const int width = static_cast<int>(sv.width);
+    if (row_stride < L) {
+      std::fill(s + num_keys * row_stride, s + sv.count * L,
+                -std::numeric_limits<float>::infinity());
+    }
+    const V neg_inf = S::set1(-std::numeric_limits<float>::infinity());
+    const V lowest = S::set1(std::numeric_limits<float>::lowest());
+    for (std::int64_t r = 0; r < rows_v; r += L) {
+      V block_max = neg_inf;
+      for (std::int64_t i = 0; i < sv.count; ++i) {
+        block_max = S::max(block_max, S::load(s + i * sv.stride + r));
+      }
+      const V old_max = repeat(max + r, width);
+      const V new_max = S::max(old_max, fold_max(block_max, width));
+      const V shift = S::max(new_max, lowest);  // rows with no key yet: exp2(-inf - lowest) = 0
+      const V a = exp2_lanes(S::sub(old_max, shift));
+      S::store_partial(max + r, new_max, width);
+      S::store_partial(alpha + r, a, width);
+      V block_sum = S::zero();
+      for (std::int64_t i = 0; i < sv.count; ++i) {
+        float* v = s + i * sv.stride + r;
+        const V e = exp2_lanes(S::sub(S::load(v), shift));
+        S::store(v, e);
+        block_sum = S::add(block_sum, e);
+      }
+      S::store_partial(sum + r, S::fma(repeat(sum + r, width), a, fold_add(block_sum, width)),
+                       width);
     }
   }
 
@@ -861,7 +845,6 @@ struct SdpaKernel {
       // for the softmax where that is below L: AVX-512, 1 thread, K/V in cache (min of 7 runs):
       // llama8b_decode 1024 keys 262 us against 283, qwen3next_decode 193 against 201.
       const std::int64_t score_stride = dot ? (rows <= 4 ? 4 : 8) : rs;
-      const bool packed_scores = score_stride < L;
       for (std::int64_t h = 0; h < heads; ++h) {
         float* q_t = w.q_t + h * q_size;
         for (std::int64_t r = 0; r < rows_v; ++r) {
@@ -952,20 +935,14 @@ struct SdpaKernel {
           const KvT* k_block = k_base + h * k_head_stride + n0 * k_stride;
           const KvT* v_block = v_base + h * v_head_stride + n0 * v_stride;
           float* out = w.out + h * out_size;
-          float* head_scores =
-              w.scores + (dot ? h * block * score_stride : 0);  // heads' blocks packed
+          float* head_scores = w.scores + h * block * score_stride;  // one block per head
           if (!dot) scores(k_block, k_stride, nb, w.q_t + h * q_size, rows_v, dk, head_scores, rs);
           const RowPrefetch next_keys = head_share(keys_ahead, h);
           float* alpha = w.alpha + h * rs;
-          if (packed_scores) {
-            if (!full) mask_packed_block(w, head_scores, n0, nb, score_stride);
-            softmax_packed_block(head_scores, nb, score_stride, w.max + h * rs, w.sum + h * rs,
-                                 alpha);
-          } else {  // rows_v <= score_stride
-            if (!full) mask_block(w, head_scores, n0, nb, rows_v, score_stride);
-            softmax_block(head_scores, nb, rows_v, score_stride, w.max + h * rs, w.sum + h * rs,
-                          alpha);
-          }
+          const std::int64_t score_rows = std::min(rows_v, score_stride);  // packed: one group
+          if (!full) mask_block(w, head_scores, n0, nb, score_rows, score_stride);
+          softmax_block(head_scores, nb, score_rows, score_stride, w.max + h * rs, w.sum + h * rs,
+                        alpha);
           for (std::int64_t r = 0; r < rows; ++r) {
             if (alpha[r] != 1.0f) scale_row(out + r * dvp, dvp, alpha[r]);
           }
