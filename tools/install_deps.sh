@@ -3,7 +3,7 @@
 #   bash tools/install_deps.sh          build, tests, benchmarks
 #   bash tools/install_deps.sh --ci     also what CI uses (clang for the second compiler, the
 #                                       aarch64 cross compiler and qemu-user for the neon job)
-#   bash tools/install_deps.sh --report also what the main job's report uses (python3 and
+#   bash tools/install_deps.sh --report also what tools/benchmark_report.sh uses (python3 and
 #                                       python3-matplotlib for the plot); CI does not need them
 # As root it runs apt-get; otherwise it prints the command to run and exits with status 1.
 set -euo pipefail

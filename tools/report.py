@@ -611,7 +611,7 @@ def main():
     else:
         if not os.access(args.bench, os.X_OK):
             sys.exit(f"report: no benchmark binary at {args.bench}; build it with "
-                     "`bash tools/main_job.sh` (or cmake --preset release && cmake --build "
+                     "`bash tools/benchmark_report.sh` (or cmake --preset release && cmake --build "
                      "--preset release --target gated_attention_bench)")
         cases = classify(list_benchmarks(args.bench))
         if args.filter:
@@ -678,7 +678,7 @@ def main():
         "",
         f"![gated vs ungated attention]({README_PNG})",
         "",
-        "Rerun and regenerate this section: `bash tools/main_job.sh`, then "
+        "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "
         f"`/usr/bin/python3 tools/report.py --json-in build/report/{JSON_NAME} --update-readme` "
         "(add `--peers build/report/peers.json` for the peer columns).",
     ]
