@@ -4,6 +4,10 @@
 //   sweep/decode/<gate>/f32/<kv_len>/threads:<n>   q_len = 1, 1K .. 128K (also bytes_per_second,
 //                                                  to set against
 //                                                  peak/read_bw/sweep_decode_<kv_len>)
+// and the gate's paired cost at each point, as for the named shapes (counter ratio, gated /
+// ungated, sdpa_case.hpp):
+//   gate_overhead/<headwise|elementwise>/f32/sweep_prefill_<len>/threads:<n>
+//   gate_overhead/<headwise|elementwise>/f32/sweep_decode_<kv_len>/threads:<n>
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -18,10 +22,18 @@ namespace {
 
 void register_case(const char* kind, Gate gate, std::int64_t len, int threads,
                    const ga::bench::AttentionShape& s) {
-  const std::string name = std::string("sweep/") + kind + "/" + ga::bench::gate_name(gate) +
-                           "/f32/" + std::to_string(len) + "/threads:" + std::to_string(threads);
+  const std::string suffix = std::to_string(len) + "/threads:" + std::to_string(threads);
+  const std::string name =
+      std::string("sweep/") + kind + "/" + ga::bench::gate_name(gate) + "/f32/" + suffix;
   benchmark::RegisterBenchmark(name.c_str(), ga::bench::run_sdpa, s, gate, threads, false)
       ->Unit(benchmark::kMillisecond);
+  if (gate != Gate::none) {
+    const std::string pair_name = std::string("gate_overhead/") + ga::bench::gate_name(gate) +
+                                  "/f32/sweep_" + kind + "_" + suffix;
+    benchmark::RegisterBenchmark(pair_name.c_str(), ga::bench::run_paired_overhead, s, gate,
+                                 threads, false)
+        ->Unit(benchmark::kMillisecond);
+  }
 }
 
 int register_sweeps() {

@@ -7,7 +7,8 @@
   python3 tools/report.py --json-in build/report/gated_attention_bench.json --markdown
                                           re-renders a finished run (no benchmarks) as Markdown
   python3 tools/report.py --json-in ... --update-readme
-                                          writes that section into README.md and the PNG to docs/
+                                          writes that section into docs/performance.md, the PNG
+                                          to docs/ and the summary rows into README.md
 
 Writes into --out (default build/report/): gated_attention_bench.json (Google Benchmark's JSON of
 every pass, merged, plus a "report" object), report.txt, report.md, gated_vs_ungated.png (needs
@@ -15,7 +16,11 @@ python3-matplotlib) and bench_console.txt (the benchmark binary's own output).
 
 Rows (f32, causal, bottom-right aligned): the named shapes of bench/shapes.hpp (sdpa/...), the
 sequence-length sweeps over Qwen3-Next's heads (sweep/prefill/..., sweep/decode/...) and, when the
-binary has them, block/... rows. Times are medians over repetitions; overhead = gated / ungated - 1.
+binary has them, block/... rows. Times are medians over repetitions of separately timed rows.
+The gate's overhead (the ovh columns and the plot's overhead marks) is the paired counter
+gate_overhead/<gate>/f32/<shape>/threads:<n> (ratio: the median of back-to-back gated / ungated
+call times, minus 1), because separately timed rows drift by 10-20% on shared hosts; a row
+without a paired counter (block/...) shows gated / ungated of its separate times, marked *.
 GFLOP/s, GB/s and their % columns are those of the elementwise-gated run (Qwen3-Next's gate),
 against peak/fma_f32 and peak/read_bw/<shape> measured by the same binary with the same threads.
 """
@@ -41,8 +46,13 @@ DEFAULT_OUT = os.path.join(ROOT, "build", "report")
 JSON_NAME = "gated_attention_bench.json"
 PNG_NAME = "gated_vs_ungated.png"
 README_PNG = os.path.join("docs", "performance.png")
-README_BEGIN = "<!-- report.py --update-readme: begin -->"
-README_END = "<!-- report.py --update-readme: end -->"
+PERFORMANCE_MD = os.path.join("docs", "performance.md")
+# --update-readme replaces what lies between these markers: the whole generated section in
+# docs/performance.md, and the summary rows in README.md (skipped where README has no markers).
+TABLE_BEGIN = "<!-- report.py --update-readme: begin -->"
+TABLE_END = "<!-- report.py --update-readme: end -->"
+SUMMARY_BEGIN = "<!-- report.py --update-readme summary: begin -->"
+SUMMARY_END = "<!-- report.py --update-readme summary: end -->"
 GATES = ("none", "headwise", "elementwise")
 
 # Per-iteration time estimates only sort cases into passes (and print a forecast): a prefill case
@@ -51,22 +61,29 @@ EST_FLOPS_PER_THREAD = 130e9
 EST_BYTES_PER_SECOND = 10e9
 SHORT_S = 0.25  # below: timed for min_time, median of several repetitions
 LONG_S = 1.2  # from SHORT_S to here: one iteration per repetition; above: one iteration in quick
+PAIR_MIN_TIME = 0.2  # quick mode's gate_overhead pairs run at least this long (short: 5-30 pairs)
 
 NAME = re.compile(r"^(sdpa|block)/(none|headwise|elementwise)/f32/(\w+)/threads:(\d+)$")
 SWEEP = re.compile(r"^sweep/(prefill|decode)/(none|headwise|elementwise)/f32/(\d+)/threads:(\d+)$")
 PEAK_FMA = re.compile(r"^peak/fma_f32/threads:(\d+)$")
 PEAK_BW = re.compile(r"^peak/read_bw/(\w+)/threads:(\d+)$")
+PAIR = re.compile(r"^gate_overhead/(headwise|elementwise)/f32/(\w+)/threads:(\d+)$")
+SWEEP_SHAPE = re.compile(r"^sweep_(prefill|decode)_(\d+)$")
 
 
 # ----------------------------------------------------------------------------------- selection
 
 
 class Case:
-    """One benchmark name, what it measures and its estimated seconds per iteration."""
+    """One benchmark name, what it measures and its estimated seconds per iteration.
 
-    def __init__(self, name, group, case, gate, threads, shape, seconds):
+    group: sdpa, block, sweep/prefill, sweep/decode, peak, or pair (a gate_overhead row, whose
+    target is the (group, case) of the table row it gives the gate's overhead of)."""
+
+    def __init__(self, name, group, case, gate, threads, shape, seconds, target=None):
         self.name, self.group, self.case, self.gate = name, group, case, gate
         self.threads, self.shape, self.seconds = threads, shape, seconds
+        self.target = target
 
 
 def estimate_seconds(shape, threads, block):
@@ -99,6 +116,21 @@ def classify(names):
             cases[n] = Case(n, "sweep/" + kind, str(length), gate, threads, shape,
                             estimate_seconds(shape, threads, False))
             continue
+        m = PAIR.match(n)
+        if m:
+            gate, shape_name, threads = m.group(1), m.group(2), int(m.group(3))
+            sweep = SWEEP_SHAPE.match(shape_name)
+            if shape_name in by_name:
+                target, shape = ("sdpa", shape_name), by_name[shape_name]
+            elif sweep:
+                target = ("sweep/" + sweep.group(1), sweep.group(2))
+                shape = sweep_shape(sweep.group(1), int(sweep.group(2)))
+            else:
+                continue
+            # Each iteration is a pair: an ungated and a gated call.
+            cases[n] = Case(n, "pair", target[1], gate, threads, shape,
+                            2.0 * estimate_seconds(shape, threads, False), target)
+            continue
         m = PEAK_FMA.match(n) or PEAK_BW.match(n)
         if m:
             cases[n] = Case(n, "peak", n, None, int(m.groups()[-1]), None, 0.05)
@@ -120,6 +152,9 @@ def sweep_twins():
                 if dims(shape) == dims(sweep_shape(kind, length)):
                     for g in GATES:
                         twins[f"sweep/{kind}/{g}/f32/{length}"] = f"sdpa/{g}/f32/{shape.name}"
+                    for g in GATES[1:]:
+                        twins[f"gate_overhead/{g}/f32/sweep_{kind}_{length}"] = (
+                            f"gate_overhead/{g}/f32/{shape.name}")
     return twins
 
 
@@ -128,7 +163,10 @@ def plan(cases, full):
 
     quick: every named shape with 1 and 2 threads; the sweeps with 2 threads, prefill up to 8K,
     decode at every other length (4x apart), points that equal a named shape taken from its row;
-    block rows whose iteration is estimated under LONG_S. full: everything, more repetitions.
+    block rows whose iteration is estimated under LONG_S; the gate_overhead pairs of those sdpa
+    and sweep rows. full: everything, more repetitions. The pairs run in a pass of their own: their
+    counter is already a median over the pairs of one repetition, so quick mode runs each once,
+    for at least PAIR_MIN_TIME seconds (the long prefill cases: one pair).
     """
     quick_prefill_max = 8192
     _, _, decode_lens, _ = bench_shapes.load()
@@ -136,9 +174,22 @@ def plan(cases, full):
     twins = sweep_twins()
     twin_decode_lens = {k.rsplit("/", 1)[1] for k in twins if k.startswith("sweep/decode/")}
     sweep_threads = 2
-    chosen = []
+    chosen, pairs = [], []
     for c in cases.values():
-        if full:
+        if c.group == "pair":
+            group, case = c.target
+            if not full and group.startswith("sweep/"):
+                if c.threads != sweep_threads:
+                    continue
+                if group == "sweep/prefill" and int(case) > quick_prefill_max:
+                    continue
+                if group == "sweep/decode" and case not in quick_decode_lens:
+                    continue
+                base, _, threads = c.name.rpartition("/")
+                if base in twins and f"{twins[base]}/{threads}" in cases:
+                    continue
+            pairs.append(c)
+        elif full:
             chosen.append(c)
         elif c.group == "peak":
             m = PEAK_BW.match(c.name)
@@ -166,8 +217,10 @@ def plan(cases, full):
     medium = [c for c in chosen if SHORT_S <= c.seconds < LONG_S]
     long = [c for c in chosen if c.seconds >= LONG_S]
     if full:
-        return [("short", 5, 0.5, short), ("medium", 3, 0.01, medium), ("long", 3, 0.01, long)]
-    return [("short", 3, 0.05, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long)]
+        return [("short", 5, 0.5, short), ("medium", 3, 0.01, medium), ("long", 3, 0.01, long),
+                ("paired", 3, 1.0, pairs)]
+    return [("short", 3, 0.05, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long),
+            ("paired", 1, PAIR_MIN_TIME, pairs)]
 
 
 def forecast(reps, min_time, cases):
@@ -245,7 +298,7 @@ def medians(benchmarks):
         if ok:
             entry["ms"] = statistics.median(r["real_time"] * TO_MS[r.get("time_unit", "ns")]
                                             for r in ok)
-            for counter in ("flops", "bytes_per_second"):
+            for counter in ("flops", "bytes_per_second", "ratio"):
                 if counter in ok[0]:
                     entry[counter] = statistics.median(r[counter] for r in ok)
         result[name] = entry
@@ -276,7 +329,7 @@ def build_rows(data, peers):
     values = medians(data["benchmarks"])
     sweep_threads = {(m.group(1), int(m.group(4))) for m in map(SWEEP.match, values) if m}
     for sweep_base, sdpa_base in sweep_twins().items():
-        kind = sweep_base.split("/")[1]
+        kind = "prefill" if "prefill" in sweep_base else "decode"
         for kind_run, threads in sweep_threads:
             name = f"{sweep_base}/threads:{threads}"
             if kind_run == kind and name not in values and f"{sdpa_base}/threads:{threads}" in values:
@@ -290,10 +343,15 @@ def build_rows(data, peers):
 
     groups = {}  # (group, case, threads) -> {gate: entry}
     shapes = {}  # (group, case, threads) -> bench_shapes.Shape
+    ratios = {}  # (group, case, threads) -> {gate: paired gated / ungated ratio}
     order = []
     for name, entry in values.items():
         c = cases.get(name)
         if c is None or c.group == "peak":
+            continue
+        if c.group == "pair":
+            if entry.get("ratio") is not None:
+                ratios.setdefault(c.target + (c.threads,), {})[c.gate] = entry["ratio"]
             continue
         key = (c.group, c.case, c.threads)
         if key not in groups:
@@ -333,10 +391,14 @@ def build_rows(data, peers):
             bw_peak = peak_bw.get((case, threads))
         label = {"sdpa": case, "block": f"block {case}"}.get(group, f"{group} {case}")
 
-        def overhead(g):
+        paired = ratios.get(key, {})
+
+        def overhead(g):  # the paired counter; else separate times, marked *
+            if paired.get(g) is not None:
+                return f"{100.0 * (paired[g] - 1.0):+.1f}"
             if ms[g] is None or ms["none"] is None:
                 return "-"
-            return f"{100.0 * (ms[g] / ms['none'] - 1.0):+.1f}"
+            return f"{100.0 * (ms[g] / ms['none'] - 1.0):+.1f}*"
 
         row = [label, str(threads), fmt_ms(ms["none"]), fmt_ms(ms["headwise"]),
                fmt_ms(ms["elementwise"]), overhead("headwise"), overhead("elementwise"),
@@ -352,7 +414,8 @@ def build_rows(data, peers):
             row += [fmt_ms(theirs.get("none")), fmt_ms(gated),
                     f"{gated / ms['elementwise']:.2f}" if gated and ms["elementwise"] else "-"]
         rows.append((group, row))
-        series.append({"group": group, "case": case, "threads": threads, "ms": ms})
+        series.append({"group": group, "case": case, "threads": threads, "ms": ms,
+                       "ratio": {g: paired.get(g) for g in GATES[1:]}})
     return header, rows, series, errors, peak_fma
 
 
@@ -429,11 +492,12 @@ def machine_line(context, report):
 
 def passes_text(passes):
     kinds = {"short": "timed for at least {t} s", "medium": "one iteration each",
-             "long": "one iteration each"}
+             "long": "one iteration each", "paired": "pairs for at least {t} s"}
     parts = []
     for p in passes:
         how = kinds.get(p["label"], "").format(t=p["min_time"])
-        parts.append(f"{p['label']} cases: {p['repetitions']} repetition"
+        what = "gate_overhead" if p["label"] == "paired" else f"{p['label']} cases"
+        parts.append(f"{what}: {p['repetitions']} repetition"
                      f"{'s' if p['repetitions'] != 1 else ''}, {how}")
     return "; ".join(parts)
 
@@ -448,9 +512,11 @@ def describe(data, peers_context):
         f"Command: {r.get('command', '?')}",
         f"Benchmark wall time: {r.get('bench_wall_s', 0):.0f} s (inside timed loops: "
         f"{r.get('timed_s', 0):.0f} s); {reps}",
-        "f32, causal (bottom-right aligned); ms = median over repetitions; ovh = gated / ungated "
-        "- 1; GFLOP/s, GB/s and % columns: the elementwise-gated run vs peak/fma_f32 and "
-        "peak/read_bw with the same threads. Sweeps: Qwen3-Next heads (Hq 16, Hkv 2, D 256).",
+        "f32, causal (bottom-right aligned); ms = median over repetitions; ovh = the paired "
+        "gate_overhead ratio (median of back-to-back gated / ungated calls) - 1, * where a row has "
+        "no pair (separately timed rows); GFLOP/s, GB/s and % columns: the elementwise-gated run "
+        "vs peak/fma_f32 and peak/read_bw with the same threads. Sweeps: Qwen3-Next heads "
+        "(Hq 16, Hkv 2, D 256).",
     ]
     if peers_context:
         lines.append("Peers: " + ", ".join(f"{k} {v}" for k, v in peers_context.items()))
@@ -458,6 +524,16 @@ def describe(data, peers_context):
 
 
 # --------------------------------------------------------------------------------------- plot
+
+
+def overhead_percent(s, gate):
+    """(gated / ungated - 1 in %, mark) of a series row: the paired ratio (mark ''), else the
+    separately timed rows' ratio (mark '*'), else (None, '')."""
+    if s["ratio"].get(gate) is not None:
+        return 100.0 * (s["ratio"][gate] - 1.0), ""
+    if s["ms"][gate] and s["ms"]["none"]:
+        return 100.0 * (s["ms"][gate] / s["ms"]["none"] - 1.0), "*"
+    return None, ""
 
 
 def plot(series, path, title):
@@ -494,17 +570,20 @@ def plot(series, path, title):
             xs = [j + (i - 1) * width for j in range(len(rows))]
             ys = [s["ms"][g] or 0 for s in rows]
             ax.bar(xs, ys, width, color=colors[g], label=names[g])
+        unpaired = False
         for j, s in enumerate(rows):
-            if s["ms"]["none"] and s["ms"]["elementwise"]:
-                over = 100.0 * (s["ms"]["elementwise"] / s["ms"]["none"] - 1.0)
-                ax.annotate(f"{over:+.1f}%", (j + width, s["ms"]["elementwise"]),
+            over, mark = overhead_percent(s, "elementwise")
+            if over is not None and s["ms"]["elementwise"]:
+                unpaired |= bool(mark)
+                ax.annotate(f"{over:+.1f}%{mark}", (j + width, s["ms"]["elementwise"]),
                             ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([s["case"] for s in rows], rotation=20, ha="right", fontsize=8)
         ax.set_yscale("log")
         plain_log_labels(ax)
         ax.set_ylabel("ms per call (log)")
-        ax.set_title(f"{heading}, {threads} thread{'s' if threads != 1 else ''}", fontsize=10)
+        note = "; % elementwise gate, * separately timed" if unpaired else "; % elementwise gate"
+        ax.set_title(f"{heading}, {threads} thread{'s' if threads != 1 else ''}{note}", fontsize=10)
         ax.legend(fontsize=8)
         return True
 
@@ -529,11 +608,11 @@ def plot(series, path, title):
         ax.set_title(f"{heading}, {threads} thread{'s' if threads != 1 else ''}", fontsize=10)
         twin = ax.twinx()
         for g in ("headwise", "elementwise"):
-            over = [100.0 * (s["ms"][g] / s["ms"]["none"] - 1.0)
-                    if s["ms"][g] and s["ms"]["none"] else None for s in rows]
-            twin.plot(xs, over, "--", color=colors[g], alpha=0.6, linewidth=1)
+            over = [s["ratio"][g] for s in rows]
+            over = [100.0 * (r - 1.0) if r is not None else float("nan") for r in over]
+            twin.plot(xs, over, "--", color=colors[g], alpha=0.6, linewidth=1, marker=".")
         twin.axhline(0, color="#999999", linewidth=0.5)
-        twin.set_ylabel("gate overhead % (dashed)", fontsize=8)
+        twin.set_ylabel("gate overhead %, paired (dashed)", fontsize=8)
         ax.legend(fontsize=8, loc="upper left")
 
     bars(axes[0][0], "sdpa", "SDPA, named shapes")
@@ -543,8 +622,8 @@ def plot(series, path, title):
         labels = sorted({s["case"] for s in rows}, key=[s["case"] for s in rows].index)
         for t, marker in ((1, "o"), (2, "s")):
             for g in ("headwise", "elementwise"):
-                pts = [(labels.index(s["case"]), 100.0 * (s["ms"][g] / s["ms"]["none"] - 1.0))
-                       for s in rows if s["threads"] == t and s["ms"][g] and s["ms"]["none"]]
+                pts = [(labels.index(s["case"]), 100.0 * (s["ratio"][g] - 1.0))
+                       for s in rows if s["threads"] == t and s["ratio"][g] is not None]
                 if pts:
                     axes[0][1].plot([p[0] for p in pts], [p[1] for p in pts], marker,
                                     color=colors[g], label=f"{names[g]}, {t} thr",
@@ -552,8 +631,8 @@ def plot(series, path, title):
         axes[0][1].axhline(0, color="#999999", linewidth=0.5)
         axes[0][1].set_xticks(range(len(labels)))
         axes[0][1].set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
-        axes[0][1].set_ylabel("gated / ungated - 1 (%)")
-        axes[0][1].set_title("SDPA gate overhead, named shapes", fontsize=10)
+        axes[0][1].set_ylabel("gated / ungated - 1 (%), paired")
+        axes[0][1].set_title("SDPA gate overhead (gate_overhead pairs), named shapes", fontsize=10)
         axes[0][1].legend(fontsize=7)
     sweep(axes[1][0], "sweep/prefill", "Prefill sweep (Hq 16, Hkv 2, D 256)", "q_len = kv_len")
     sweep(axes[1][1], "sweep/decode", "Decode sweep (Hq 16, Hkv 2, D 256)", "kv_len (q_len 1)")
@@ -567,20 +646,79 @@ def plot(series, path, title):
 # --------------------------------------------------------------------------------------- main
 
 
-def update_readme(section, png):
-    readme = os.path.join(ROOT, "README.md")
-    with open(readme) as f:
+def replace_between(path, begin_marker, end_marker, section, required):
+    """Replaces the text between the markers in ROOT/path; False where they are missing and not
+    required."""
+    full = os.path.join(ROOT, path)
+    with open(full) as f:
         text = f.read()
-    begin, end = text.find(README_BEGIN), text.find(README_END)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin < 0 or end < begin:
-        sys.exit(f"report: README.md has no {README_BEGIN} ... {README_END} markers")
-    text = text[:begin + len(README_BEGIN)] + "\n" + section + "\n" + text[end:]
-    with open(readme, "w") as f:
+        if required:
+            sys.exit(f"report: {path} has no {begin_marker} ... {end_marker} markers")
+        return False
+    text = text[:begin + len(begin_marker)] + "\n" + section + "\n" + text[end:]
+    with open(full, "w") as f:
         f.write(text)
+    return True
+
+
+def update_docs(section, summary, png):
+    """The generated section into docs/performance.md, the summary rows into README.md (where it
+    has the summary markers) and the PNG to docs/performance.png."""
+    replace_between(PERFORMANCE_MD, TABLE_BEGIN, TABLE_END, section, required=True)
+    updated = [PERFORMANCE_MD]
+    if replace_between("README.md", SUMMARY_BEGIN, SUMMARY_END, summary, required=False):
+        updated.append("README.md (summary)")
     if png and os.path.exists(png):
         os.makedirs(os.path.join(ROOT, "docs"), exist_ok=True)
         shutil.copyfile(png, os.path.join(ROOT, README_PNG))
-    print(f"report: README.md updated, {README_PNG} copied", file=sys.stderr)
+        updated.append(README_PNG)
+    print(f"report: updated {', '.join(updated)}", file=sys.stderr)
+
+
+def summary_markdown(header, rows, report, peers):
+    """README's summary: the sdpa rows of the named shapes at the most threads run, with the
+    elementwise gate's paired overhead and the share of the machine's own limit."""
+    sdpa = [row for group, row in rows if group == "sdpa"]
+    if not sdpa:
+        return "(no sdpa rows in this run)"
+    col = {h: i for i, h in enumerate(header)}
+    threads = max(int(row[col["thr"]]) for row in sdpa)
+    out_header = ["shape", "threads", "ungated ms", "gated ms", "gate cost %", "% of limit"]
+    engine = peers[1][0] if peers and peers[1] else None
+    if engine:
+        out_header.append(f"x vs {engine}")
+    out_rows = []
+    for row in sdpa:
+        if int(row[col["thr"]]) != threads:
+            continue
+        bw = row[col["% read BW"]]
+        limit = f"{bw} read" if bw != "-" else f"{row[col['% FMA peak']]} FMA"
+        cells = [row[col["case"]], row[col["thr"]], row[col["ungated ms"]],
+                 row[col["elementwise ms"]], row[col["ew ovh %"]], limit]
+        if engine:
+            cells.append(row[col[f"x vs {engine}"]])
+        out_rows.append(("sdpa", cells))
+    when = report.get("date", "?")
+    commit = f" at {report['commit']}" if report.get("commit") else ""
+    intro = (f"{report.get('cpu_model', '?')}, {when}{commit}, {report.get('mode', '?')} mode; "
+             "elementwise gate, f32, causal. Gate cost: the paired `gate_overhead` ratio - 1. "
+             "% of limit: of `peak/fma_f32` (prefill) or `peak/read_bw` (decode) on the same "
+             "machine and threads.")
+    return intro + "\n\n" + markdown_table(out_header, out_rows)
+
+
+def git_commit():
+    """The checkout's short commit hash (+ '-dirty' with local changes), or None."""
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def main():
@@ -591,10 +729,13 @@ def main():
     parser.add_argument("--filter", help="only benchmark names matching this regex (peaks kept)")
     parser.add_argument("--peers", action="append",
                         help="JSON written by tools/peers.py: extra columns (repeatable)")
-    parser.add_argument("--json-in", help="render a finished run's JSON; runs no benchmark")
-    parser.add_argument("--markdown", action="store_true", help="print the README section")
+    parser.add_argument("--json-in", help="render a finished run's JSON (this script's or a plain "
+                        "Google Benchmark --benchmark_out JSON); runs no benchmark")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the Markdown section of docs/performance.md")
     parser.add_argument("--update-readme", action="store_true",
-                        help="write the section into README.md and the PNG to docs/")
+                        help=f"write the section into {PERFORMANCE_MD}, the PNG to {README_PNG} "
+                        "and the summary rows into README.md (between its summary markers)")
     parser.add_argument("--note", help="one more line for the Markdown (e.g. 'machine shared')")
     parser.add_argument("--plan", action="store_true",
                         help="print the passes and their time forecast, run nothing")
@@ -606,6 +747,7 @@ def main():
     if args.json_in:
         with open(args.json_in) as f:
             data = json.load(f)
+        data.setdefault("report", {})
         if os.path.abspath(args.json_in) != os.path.abspath(json_path):
             shutil.copyfile(args.json_in, json_path)
     else:
@@ -634,6 +776,7 @@ def main():
             "mode": "full" if args.full else "quick",
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command,
+            "commit": git_commit(),
             "cpu_model": cpu_model(),
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
@@ -649,15 +792,18 @@ def main():
     peers = load_peers(args.peers) if args.peers else None
     header, rows, series, errors, _ = build_rows(data, peers)
     intro = describe(data, peers[2] if peers else None)
-    title = f"{data['report'].get('cpu_model', '')}, {data['report'].get('date', '')}"
-    plot_message = plot(series, png_path, f"gated vs ungated attention, f32: {title}")
+    title = ", ".join(x for x in (data["report"].get("cpu_model"), data["report"].get("date"),
+                                  data["report"].get("commit")) if x)
+    plot_message = plot(series, png_path,
+                        "gated vs ungated attention, f32" + (f": {title}" if title else ""))
 
     table = text_table(header, rows)
     text = "\n".join(intro) + "\n\n" + table + "\n"
     r = data["report"]
+    commit = f" at commit {r['commit']}" if r.get("commit") else ""
     md_lines = [
-        f"Measured on {r.get('date', '?')} with `{r.get('command', '?')}` ({r.get('mode')} mode, "
-        f"benchmarks {r.get('bench_wall_s', 0):.0f} s).",
+        f"Measured on {r.get('date', '?')}{commit} with `{r.get('command', '?')}` "
+        f"({r.get('mode', '?')} mode, benchmarks {r.get('bench_wall_s', 0):.0f} s).",
         "",
         f"CPU: {machine_line(data.get('context', {}), r)}.",
     ]
@@ -665,8 +811,13 @@ def main():
         md_lines += ["", args.note]
     md_lines += [
         "",
-        "f32, causal (bottom-right aligned). `ms` is the median over repetitions ("
-        + passes_text(r.get("passes", [])) + "); `ovh` = gated / ungated - 1. GFLOP/s (useful FLOPs, "
+        "f32, causal (bottom-right aligned). `ms` is the median over repetitions"
+        + (f" ({passes_text(r['passes'])})" if r.get("passes") else "")
+        + ". `ovh` = the paired counter "
+        "`gate_overhead/<gate>/f32/<shape>/threads:<n>` - 1 (its `ratio` is the median of "
+        "back-to-back gated / ungated call times, in which the host's drift cancels); a value "
+        "marked `*` has no pair (block rows) and is gated / ungated of the separately timed rows, "
+        "which drift by 10-20% on shared hosts. GFLOP/s (useful FLOPs, "
         "4·B·Hq·D per visible pair), GB/s (K/V bytes, decode) and their % columns are the "
         "elementwise-gated run against `peak/fma_f32` and `peak/read_bw/<shape>` measured by the "
         "same binary with the same threads. Sweeps use Qwen3-Next's heads (Hq 16, Hkv 2, D 256)."
@@ -676,7 +827,7 @@ def main():
         "",
         markdown_table(header, rows),
         "",
-        f"![gated vs ungated attention]({README_PNG})",
+        f"![gated vs ungated attention]({os.path.basename(README_PNG)})",
         "",
         "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "
         f"`/usr/bin/python3 tools/report.py --json-in build/report/{JSON_NAME} --update-readme` "
@@ -696,7 +847,8 @@ def main():
     if plot_message:
         print(f"report: {plot_message}", file=sys.stderr)
     if args.update_readme:
-        update_readme(markdown, None if plot_message else png_path)
+        update_docs(markdown, summary_markdown(header, rows, r, peers),
+                    None if plot_message else png_path)
     return 1 if errors else 0
 
 
