@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the benchmarks in Release with -march=native and prints the gated vs ungated attention
 # report (table; JSON and PNG in build/report/).
-#   bash tools/benchmark_report.sh           quick mode (about 2 minutes on 2 cores)
+#   bash tools/benchmark_report.sh           quick mode (about 3 minutes on 2 cores)
 #   bash tools/benchmark_report.sh --full    every shape, sweep point and thread count
 #   bash tools/benchmark_report.sh --peers F adds the columns of tools/peers.py's JSON F
 # Any argument goes to tools/report.py (see its --help).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Gated vs ungated attention: runs gated_attention_bench and prints one table.
 
-  python3 tools/report.py                 quick mode (about 1-2 minutes on 2 cores)
+  python3 tools/report.py                 quick mode (about 3 minutes on 2 cores)
   python3 tools/report.py --full          every shape, sweep point and thread count, more repetitions
   python3 tools/report.py --peers peers.json       adds the columns of tools/peers.py
   python3 tools/report.py --json-in build/report/gated_attention_bench.json --markdown
