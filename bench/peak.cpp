@@ -220,21 +220,21 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   state.SetLabel(ga::sdpa_path());
 }
 
-// Keys per decode block (Simd::kDecodeBlock) of the path that runs.
+// Keys per decode block (Tuning::kDecodeBlock) of the path that runs.
 std::int64_t head_major_block() {
   namespace k = ga::kernels;
   switch (ga::active_isa()) {
 #if GATED_ATTENTION_X86
     case ga::Isa::avx512:
-      return k::avx512::Simd::kDecodeBlock;
+      return k::avx512::Tuning::kDecodeBlock;
     case ga::Isa::avx2:
-      return k::avx2::Simd::kDecodeBlock;
+      return k::avx2::Tuning::kDecodeBlock;
 #elif GATED_ATTENTION_AARCH64
     case ga::Isa::neon:
-      return k::neon::Simd::kDecodeBlock;
+      return k::neon::Tuning::kDecodeBlock;
 #endif
     default:
-      return k::scalar::Simd::kDecodeBlock;
+      return k::scalar::Tuning::kDecodeBlock;
   }
 }
 

@@ -26,7 +26,8 @@ class Workspace {
   // `count` objects of T, aligned to `alignment` bytes (a power of two, at least alignof(T)).
   // Returns nullptr in counting mode, and when the buffer is too small (see exhausted()).
   template <class T>
-  T* allocate(std::size_t count, std::size_t alignment = kCacheLineBytes) {
+  T* allocate(std::size_t count,
+              std::size_t alignment = static_cast<std::size_t>(kCacheLineBytes)) {
     if (alignment < alignof(T)) alignment = alignof(T);
     const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(buffer_);
     // In counting mode assume the worst misalignment of the (unknown) buffer start.

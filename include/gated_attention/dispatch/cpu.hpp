@@ -11,13 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(_M_X64)
+#include "gated_attention/core/config.hpp"
+
+#if defined(__x86_64__)
 #define GATED_ATTENTION_X86 1
-#if defined(_MSC_VER)
-#include <intrin.h>
-#else
 #include <cpuid.h>
-#endif
 #elif defined(__aarch64__)
 #define GATED_ATTENTION_AARCH64 1
 #endif
@@ -28,8 +26,8 @@ namespace gated_attention {
 enum class Isa : std::uint8_t {
   scalar = 0,
   neon = 1,    // aarch64 Advanced SIMD
-  avx2 = 2,    // AVX2 + FMA + F16C
-  avx512 = 3,  // AVX-512 F/BW/DQ/VL
+  avx2 = 2,    // AVX2 + FMA + F16C + BMI1 + BMI2
+  avx512 = 3,  // the avx2 set + AVX-512 F/BW/DQ/VL
 };
 
 inline const char* to_string(Isa isa) {
@@ -57,7 +55,7 @@ inline bool parse_isa(const char* name, Isa* isa) {
 }
 
 struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false;
+  bool avx2 = false, fma = false, f16c = false, bmi1 = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_bf16 = false, amx_tile = false, amx_bf16 = false;
   bool neon = false;
@@ -67,23 +65,13 @@ namespace detail {
 
 #if GATED_ATTENTION_X86
 inline void cpuid(unsigned leaf, unsigned subleaf, unsigned regs[4]) {
-#if defined(_MSC_VER)
-  int r[4];
-  __cpuidex(r, static_cast<int>(leaf), static_cast<int>(subleaf));
-  for (int i = 0; i < 4; ++i) regs[i] = static_cast<unsigned>(r[i]);
-#else
   __cpuid_count(leaf, subleaf, regs[0], regs[1], regs[2], regs[3]);
-#endif
 }
 
 inline std::uint64_t xgetbv0() {
-#if defined(_MSC_VER)
-  return _xgetbv(0);
-#else
   unsigned lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (static_cast<std::uint64_t>(hi) << 32) | lo;
-#endif
 }
 #endif
 
@@ -107,7 +95,9 @@ inline CpuFeatures detect_cpu_features() {
   if (!ymm_state) return CpuFeatures{};
   if (max_leaf >= 7) {
     cpuid(7, 0, r);
+    f.bmi1 = (r[1] >> 3) & 1;
     f.avx2 = (r[1] >> 5) & 1;
+    f.bmi2 = (r[1] >> 8) & 1;
     if (zmm_state) {
       f.avx512f = (r[1] >> 16) & 1;
       f.avx512dq = (r[1] >> 17) & 1;
@@ -126,9 +116,18 @@ inline CpuFeatures detect_cpu_features() {
   return f;
 }
 
+// A path is taken only where the CPU has every feature its target region compiles with
+// (kernels/target.hpp): the avx2 region's set, and the avx512 region's, which includes it.
+inline bool has_avx2_region_features(const CpuFeatures& f) {
+  return f.avx2 && f.fma && f.f16c && f.bmi1 && f.bmi2;
+}
+inline bool has_avx512_region_features(const CpuFeatures& f) {
+  return has_avx2_region_features(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
+}
+
 inline Isa best_isa(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.fma) return Isa::avx512;
-  if (f.avx2 && f.fma && f.f16c) return Isa::avx2;
+  if (has_avx512_region_features(f)) return Isa::avx512;
+  if (has_avx2_region_features(f)) return Isa::avx2;
   if (f.neon) return Isa::neon;
   return Isa::scalar;
 }

@@ -10,10 +10,41 @@
 #include <cstdint>
 
 #include "gated_attention/core/executor.hpp"
-#include "gated_attention/kernels/avx2/kernels.hpp"
-#include "gated_attention/kernels/avx512/kernels.hpp"
-#include "gated_attention/kernels/neon/kernels.hpp"
-#include "gated_attention/kernels/scalar/kernels.hpp"
+#include "gated_attention/kernels/prelude.hpp"
+
+#if GATED_ATTENTION_X86
+#include <immintrin.h>
+#elif GATED_ATTENTION_AARCH64
+#include <arm_neon.h>
+#endif
+
+// clang-format off
+#define GATED_ATTENTION_REGION_NAMESPACE scalar
+#define GATED_ATTENTION_REGION_SIMD "gated_attention/kernels/scalar/simd.inl"
+#define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/scalar/tuning.inl"
+#include "gated_attention/kernels/isa_region.inl"
+
+#if GATED_ATTENTION_X86
+#define GATED_ATTENTION_REGION_NAMESPACE avx2
+#define GATED_ATTENTION_REGION_SIMD "gated_attention/kernels/avx2/simd.inl"
+#define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/avx2/tuning.inl"
+#define GATED_ATTENTION_REGION_TARGET GATED_ATTENTION_AVX2_TARGET
+#include "gated_attention/kernels/isa_region.inl"
+
+#define GATED_ATTENTION_REGION_NAMESPACE avx512
+#define GATED_ATTENTION_REGION_SIMD "gated_attention/kernels/avx512/simd.inl"
+#define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/avx512/tuning.inl"
+#define GATED_ATTENTION_REGION_TARGET GATED_ATTENTION_AVX512_TARGET
+#include "gated_attention/kernels/isa_region.inl"
+#endif
+
+#if GATED_ATTENTION_AARCH64
+#define GATED_ATTENTION_REGION_NAMESPACE neon
+#define GATED_ATTENTION_REGION_SIMD "gated_attention/kernels/neon/simd.inl"
+#define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/neon/tuning.inl"
+#include "gated_attention/kernels/isa_region.inl"
+#endif
+// clang-format on
 
 // The f32 entry points of one path; `prefix` is `extern` (declaration) or empty (definition).
 #define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                            \

@@ -15,5 +15,6 @@
 #include "gated_attention/kernels/output_gate_plan.hpp"
 #include "gated_attention/kernels/prefetch.hpp"
 #include "gated_attention/kernels/sdpa_plan.hpp"
+#include "gated_attention/kernels/simd_contract.hpp"
 #include "gated_attention/kernels/target.hpp"
 #include "gated_attention/ops/sdpa_args.hpp"

@@ -17,14 +17,23 @@ namespace gated_attention::kernels {
 
 inline constexpr std::int64_t kRowPadding = 16;   // rows padded to the widest vector
 inline constexpr std::int64_t kTargetRows = 256;  // rows per unit: fewer K/V passes from L3
-inline constexpr std::int64_t kKvBlock = 64;      // keys per block: S^T tile and P.V reuse
+inline constexpr std::int64_t kKvBlock = 64;      // keys per prefill block: S^T tile and P.V reuse
 // Floats after each column of a packed V block, so that the columns lie an odd number of cache
-// lines apart: packing a V row then stores to every L1 set, where a stride of 2 KiB (AVX2) hit 2.
+// lines apart and packing a V row stores to every L1 set.
 inline constexpr std::int64_t kPackedColumnPadding = 16;
 inline constexpr std::int64_t kMinKeysPerSplit = 256;
-// Units with at most this many rows (decode) take every KV head of their batch entry, so each
-// K/V row is read whole: one sequential stream through the cache instead of one per head.
-inline constexpr std::int64_t kAllHeadsMaxRows = 8;
+// Units of at most this many rows (positions x group) take the decode regime.
+inline constexpr std::int64_t kDecodeMaxRows = 8;
+
+// How a unit's rows meet the keys; decided once per call by the plan.
+enum class SdpaRegime : std::uint8_t {
+  // Many rows of one KV head: S^T = K q^T with the rows along vector lanes, so the softmax is
+  // vertical; V blocks packed once for every row block.
+  prefill,
+  // Few rows of every KV head of a batch entry: dot products along d, V read in place, so that
+  // each K/V row is read whole, in one sequential stream through the cache.
+  decode,
+};
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) {
   return (x + m - 1) / m * m;
@@ -32,6 +41,7 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) {
 
 struct SdpaPlan {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
+  SdpaRegime regime = SdpaRegime::prefill;
   std::int64_t q_block = 0;     // query positions per unit
   std::int64_t unit_heads = 1;  // KV heads per unit
   std::int64_t rows = 0;        // q_block * group
@@ -60,12 +70,13 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
   p.q_block = std::max<std::int64_t>(1, std::min(p.q_len, kTargetRows / p.group));
   p.rows = p.q_block * p.group;
   // An odd number of cache lines: a column of a [kKvBlock, row_stride] tile (one line per key)
-  // then spreads over every L1 set, where a stride of 256 floats put a block's 64 lines in 4 sets.
+  // then spreads over every L1 set instead of a few.
   p.row_stride = round_up(p.rows, kRowPadding);
   if (p.row_stride / kRowPadding % 2 == 0) p.row_stride += kRowPadding;
   p.dv_padded = round_up(p.dv, kRowPadding);
   p.num_q_blocks = p.q_len > 0 ? (p.q_len + p.q_block - 1) / p.q_block : 0;
-  p.unit_heads = p.rows <= kAllHeadsMaxRows ? p.kv_heads : 1;
+  p.regime = p.rows <= kDecodeMaxRows ? SdpaRegime::decode : SdpaRegime::prefill;
+  p.unit_heads = p.regime == SdpaRegime::decode ? p.kv_heads : 1;
   p.units = p.batch * (p.kv_heads / p.unit_heads) * p.num_q_blocks;
   // Split the keys when there are too few units to keep every worker busy.
   if (p.num_workers > 1 && p.units > 0 && p.units < 2 * p.num_workers) {
@@ -81,8 +92,8 @@ struct SdpaWorkerScratch {
   // Per unit head h, at offset h * (size of one head's array):
   float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
   float* scores = nullptr;         // [heads * kKvBlock, row_stride] S^T, then P^T: one block,
-                                   // or (decode) each head's block of kDecodeBlock keys in turn,
-                                   // rows packed 4 or 8 to a key
+                                   // or (decode) each head's block of Tuning::kDecodeBlock keys
+                                   // in turn, rows packed 4 or 8 to a key
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
   float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
                                    // columns kPackedColumnPadding floats apart
@@ -148,13 +159,13 @@ inline std::size_t sdpa_workspace_bytes(const SdpaPlan& p) {
   return counting.bytes_needed();
 }
 
-// Unit u -> (batch entry, KV head, query block), heaviest (latest) query blocks first so that
-// dynamic scheduling balances causal work.
 struct SdpaUnit {
   std::int64_t batch, kv_head, q_block;  // kv_head: the first of the unit's unit_heads heads
 };
 
-inline SdpaUnit decode_unit(const SdpaPlan& p, std::int64_t unit) {
+// Unit index -> (batch entry, KV head, query block), heaviest (latest) query blocks first so that
+// dynamic scheduling balances causal work.
+inline SdpaUnit unit_at(const SdpaPlan& p, std::int64_t unit) {
   const std::int64_t head_groups = p.kv_heads / p.unit_heads;
   const std::int64_t per_block = p.batch * head_groups;
   const std::int64_t rest = unit % per_block;

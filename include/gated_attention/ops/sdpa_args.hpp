@@ -82,8 +82,26 @@ struct SdpaArgs {
   }
 };
 
+namespace detail {
+
+constexpr std::array<const char*, 4> kSdpaRowDims = {"batch", "q length", "kv heads", "group"};
+
+// The optional per-row statistics views, by name.
 template <class T, class KvT>
-Status validate(const SdpaArgs<T, KvT>& args) {
+std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats_views(
+    const SdpaArgs<T, KvT>& args) {
+  return {{
+      {"stats.sink_share", &args.stats.sink_share},
+      {"stats.gate_mean", &args.stats.gate_mean},
+      {"stats.gate_below_0_1", &args.stats.gate_below_0_1},
+      {"stats.max_abs_before", &args.stats.max_abs_before},
+      {"stats.max_abs_after", &args.stats.max_abs_after},
+  }};
+}
+
+// q, k, v, out, gate, lse and the statistics: extents, strides and head dims.
+template <class T, class KvT>
+Status validate_sdpa_shapes(const SdpaArgs<T, KvT>& args) {
   const auto& q = args.q.extents;
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("q", args.q, {-1, -1, -1, -1, -1}, kQueryHeadDims));
   if (q[2] < 1) return Status::shape_mismatch("q", 2, "kv heads", 1, q[2]);
@@ -110,21 +128,20 @@ Status validate(const SdpaArgs<T, KvT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, out_extents, kQueryHeadDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, out_extents));
   if (args.maybe_lse.data != nullptr) {
-    GATED_ATTENTION_RETURN_IF_ERROR(check_view("lse", args.maybe_lse, {q[0], q[1], q[2], q[3]},
-                                               {"batch", "q length", "kv heads", "group"}));
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_view("lse", args.maybe_lse, {q[0], q[1], q[2], q[3]}, kSdpaRowDims));
   }
-  const std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats = {{
-      {"stats.sink_share", &args.stats.sink_share},
-      {"stats.gate_mean", &args.stats.gate_mean},
-      {"stats.gate_below_0_1", &args.stats.gate_below_0_1},
-      {"stats.max_abs_before", &args.stats.max_abs_before},
-      {"stats.max_abs_after", &args.stats.max_abs_after},
-  }};
-  for (const auto& [name, view] : stats) {
+  for (const auto& [name, view] : stats_views(args)) {
     if (view->data == nullptr) continue;
-    GATED_ATTENTION_RETURN_IF_ERROR(check_view(name, *view, {q[0], q[1], q[2], q[3]},
-                                               {"batch", "q length", "kv heads", "group"}));
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_view(name, *view, {q[0], q[1], q[2], q[3]}, kSdpaRowDims));
   }
+  return Status::ok();
+}
+
+// n_sink, scale, mask windows, sinks and kv_lens.
+template <class T, class KvT>
+Status validate_sdpa_values(const SdpaArgs<T, KvT>& args) {
   if (args.stats.n_sink < 0) {
     return Status::error(StatusCode::invalid_argument, "stats.n_sink: expected >= 0, got %lld",
                          static_cast<long long>(args.stats.n_sink));
@@ -144,19 +161,24 @@ Status validate(const SdpaArgs<T, KvT>& args) {
     return Status::error(StatusCode::invalid_argument,
                          "sinks: softmax_plus_one and maybe_sink_logits are exclusive");
   }
-  if (args.maybe_kv_lens != nullptr) {
-    for (std::int64_t b = 0; b < q[0]; ++b) {
-      const std::int64_t n = args.maybe_kv_lens[b];
-      if (n < 0 || n > kv_len) {
-        return Status::error(StatusCode::invalid_argument,
-                             "kv_lens: entry %lld: expected 0..%lld (kv length), got %lld",
-                             static_cast<long long>(b), static_cast<long long>(kv_len),
-                             static_cast<long long>(n));
-      }
+  if (args.maybe_kv_lens == nullptr) return Status::ok();
+  const std::int64_t kv_len = args.k.extents[1];
+  for (std::int64_t b = 0; b < args.q.extents[0]; ++b) {
+    const std::int64_t n = args.maybe_kv_lens[b];
+    if (n < 0 || n > kv_len) {
+      return Status::error(StatusCode::invalid_argument,
+                           "kv_lens: entry %lld: expected 0..%lld (kv length), got %lld",
+                           static_cast<long long>(b), static_cast<long long>(kv_len),
+                           static_cast<long long>(n));
     }
   }
-  // Every written view (out, lse, statistics) addresses each element once and is disjoint from
-  // the inputs and from the other written views: tasks write them while others read the inputs.
+  return Status::ok();
+}
+
+// Every written view (out, lse, statistics) addresses each element once and is disjoint from
+// the inputs and from the other written views: tasks write them while others read the inputs.
+template <class T, class KvT>
+Status validate_sdpa_written(const SdpaArgs<T, KvT>& args) {
   const auto check_written = [&](const char* name, const auto& view,
                                  const auto& dim_names) -> Status {
     GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements(name, view, dim_names));
@@ -165,13 +187,13 @@ Status validate(const SdpaArgs<T, KvT>& args) {
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v", args.v));
     return check_no_overlap(name, view, "gate", args.gate.values);
   };
-  constexpr std::array<const char*, 4> row_dims = {"batch", "q length", "kv heads", "group"};
   GATED_ATTENTION_RETURN_IF_ERROR(check_written("out", args.out, kQueryHeadDims));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_written("lse", args.maybe_lse, row_dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_written("lse", args.maybe_lse, kSdpaRowDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("lse", args.maybe_lse, "out", args.out));
+  const auto stats = stats_views(args);
   for (std::size_t i = 0; i < stats.size(); ++i) {
     const auto& [name, view] = stats[i];
-    GATED_ATTENTION_RETURN_IF_ERROR(check_written(name, *view, row_dims));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_written(name, *view, kSdpaRowDims));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "out", args.out));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, *view, "lse", args.maybe_lse));
     for (std::size_t j = 0; j < i; ++j) {
@@ -180,6 +202,15 @@ Status validate(const SdpaArgs<T, KvT>& args) {
     }
   }
   return Status::ok();
+}
+
+}  // namespace detail
+
+template <class T, class KvT>
+Status validate(const SdpaArgs<T, KvT>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_shapes(args));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_values(args));
+  return detail::validate_sdpa_written(args);
 }
 
 }  // namespace gated_attention

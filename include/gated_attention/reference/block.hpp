@@ -64,6 +64,52 @@ Status rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
   return rope(RopeArgs<double, Rank>{x, positions, x, c.rope_theta, c.rotary_dim});
 }
 
+// Appends k, v [b, len, kv_heads, d] to each sequence's cache; returns the lengths after.
+template <class T>
+std::vector<std::int64_t> append_to_cache(const BlockConfig& c, const TensorView<double, 4>& k,
+                                          const TensorView<double, 4>& v,
+                                          const KvCacheView<T>& cache) {
+  const std::int64_t batch = k.extents[0], len = k.extents[1];
+  std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(batch));
+  for (std::int64_t s = 0; s < batch; ++s) {
+    const std::int64_t start = cache.lengths[s];
+    for (std::int64_t t = 0; t < len; ++t) {
+      for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+        for (std::int64_t d = 0; d < c.head_dim; ++d) {
+          cache.k(s, start + t, h, d) = from_double<T>(k(s, t, h, d));
+          cache.v(s, start + t, h, d) = from_double<T>(v(s, t, h, d));
+        }
+      }
+    }
+    kv_lens[s] = start + len;
+  }
+  return kv_lens;
+}
+
+// Causal attention of q over each sequence's cache, gated by gate_rows (the gate projection's
+// rows, or q_rows where q_proj carries the gate), into attn [b, len, q_width].
+template <class T>
+Status attend(const BlockConfig& c, const TensorView<double, 5>& q,
+              const TensorView<double, 3>& gate_rows, const KvCacheView<T>& cache,
+              const std::vector<std::int64_t>& kv_lens, std::vector<double>& attn) {
+  const std::int64_t batch = q.extents[0], len = q.extents[1];
+  SdpaArgs<double, T> sdpa_args;
+  sdpa_args.q = q;
+  sdpa_args.k = cache.k;
+  sdpa_args.v = cache.v;
+  sdpa_args.k.extents[0] = sdpa_args.v.extents[0] = batch;
+  sdpa_args.out = TensorView<double, 5>::contiguous(
+      attn.data(), {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
+  sdpa_args.scale = c.scale;
+  sdpa_args.mask = Mask::causal();
+  sdpa_args.maybe_kv_lens = kv_lens.data();
+  if (c.gate_mode != GateMode::none) {
+    sdpa_args.gate.values = gate_view(c, gate_rows);
+    sdpa_args.gate.activation = c.gate_activation;
+  }
+  return sdpa(sdpa_args);
+}
+
 }  // namespace detail
 
 // x [b, len, hidden] and positions [b, len]: `len` new tokens for each of the b sequences, appended
@@ -105,41 +151,13 @@ Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
   GATED_ATTENTION_RETURN_IF_ERROR(detail::rotate(c, q, positions));
   GATED_ATTENTION_RETURN_IF_ERROR(detail::rotate(c, k, positions));
 
-  // Append to the cache.
-  std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(batch));
-  for (std::int64_t s = 0; s < batch; ++s) {
-    const std::int64_t start = cache.lengths[s];
-    for (std::int64_t t = 0; t < len; ++t) {
-      for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
-        for (std::int64_t d = 0; d < c.head_dim; ++d) {
-          cache.k(s, start + t, h, d) = from_double<T>(k(s, t, h, d));
-          cache.v(s, start + t, h, d) = from_double<T>(v(s, t, h, d));
-        }
-      }
-    }
-    kv_lens[s] = start + len;
-  }
-
-  // Causal attention over each sequence's cache, then the gate.
+  // Append to the cache, then causal attention over each sequence's cache and the gate.
+  const std::vector<std::int64_t> kv_lens = detail::append_to_cache(c, k, v, cache);
   std::vector<double> attn(static_cast<std::size_t>(rows * c.q_width()));
-  SdpaArgs<double, T> sdpa_args;
-  sdpa_args.q = q;
-  sdpa_args.k = cache.k;
-  sdpa_args.v = cache.v;
-  sdpa_args.k.extents[0] = sdpa_args.v.extents[0] = batch;
-  sdpa_args.out = TensorView<double, 5>::contiguous(
-      attn.data(), {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
-  sdpa_args.scale = c.scale;
-  sdpa_args.mask = Mask::causal();
-  sdpa_args.maybe_kv_lens = kv_lens.data();
-  if (c.gate_mode != GateMode::none) {
-    const auto gate_rows = c.has_gate_proj() ? TensorView<double, 3>::contiguous(
-                                                   gp.data(), {batch, len, c.gate_width()})
-                                             : q_rows;
-    sdpa_args.gate.values = gate_view(c, gate_rows);
-    sdpa_args.gate.activation = c.gate_activation;
-  }
-  GATED_ATTENTION_RETURN_IF_ERROR(sdpa(sdpa_args));
+  const auto gate_rows =
+      c.has_gate_proj() ? TensorView<double, 3>::contiguous(gp.data(), {batch, len, c.gate_width()})
+                        : q_rows;
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::attend(c, q, gate_rows, cache, kv_lens, attn));
 
   // Output projection.
   const std::vector<double> out = detail::project(attn, rows, w.o_proj, w.maybe_o_bias);

@@ -14,95 +14,119 @@
 
 namespace gated_attention::reference {
 
+namespace detail {
+
+// One query row (batch b, position i, KV head kv, head j of its group), computed in double.
+template <class T, class KvT>
+struct SdpaRow {
+  const SdpaArgs<T, KvT>& args;
+  std::int64_t b, i, kv, j;
+  std::vector<double>& logits;  // [kv_len]
+  std::vector<double>& acc;     // [dv]
+  static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+  // Scaled logits of the attended keys (-inf elsewhere); returns their max.
+  double compute_logits(std::int64_t valid) const {
+    const std::int64_t q_len = args.q.extents[1], dk = args.q.extents[4];
+    const std::int64_t pos = i + valid - q_len;
+    double max_logit = kNegInf;
+    for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
+      logits[key] = kNegInf;
+      if (key >= valid || !args.mask.allows(pos, key)) continue;
+      double dot = 0.0;
+      for (std::int64_t d = 0; d < dk; ++d) {
+        dot += as_double(args.q(b, i, kv, j, d)) * as_double(args.k(b, key, kv, d));
+      }
+      logits[key] = args.effective_scale() * dot;
+      max_logit = std::max(max_logit, logits[key]);
+    }
+    return max_logit;
+  }
+
+  // acc = sum_key exp(logit - max) V[key]; returns the softmax denominator (with the sink's
+  // term). It is 0 only without any attended key or sink; NaN (from NaN or Inf in the attended
+  // inputs) propagates to the outputs, as any arithmetic would.
+  double accumulate(double max_logit, double sink_term) const {
+    const std::int64_t dv = args.v.extents[3];
+    double denom = sink_term;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
+      if (logits[key] == kNegInf) continue;
+      const double p = std::exp(logits[key] - max_logit);
+      denom += p;
+      for (std::int64_t d = 0; d < dv; ++d) acc[d] += p * as_double(args.v(b, key, kv, d));
+    }
+    return denom;
+  }
+
+  // The gated output and the row's statistics.
+  void write(double max_logit, double denom) const {
+    const std::int64_t dv = args.v.extents[3];
+    const bool no_keys = denom == 0.0;
+    if (args.maybe_lse.data != nullptr) {
+      args.maybe_lse(b, i, kv, j) =
+          static_cast<float>(no_keys ? kNegInf : max_logit + std::log(denom));
+    }
+    double max_before = 0.0, max_after = 0.0, gate_sum = 0.0, gate_small = 0.0;
+    for (std::int64_t d = 0; d < dv; ++d) {
+      const double attended = no_keys ? 0.0 : acc[d] / denom;
+      double o = attended;
+      double activated = 1.0;
+      if (args.gate.enabled()) {
+        activated =
+            gate_activation(args.gate.activation, as_double(args.gate.values(b, i, kv, j, d)));
+        o = gate_combine(args.gate.combine, attended, activated);
+      }
+      max_before = std::max(max_before, std::fabs(attended));
+      max_after = std::max(max_after, std::fabs(o));
+      gate_sum += activated;
+      gate_small += activated < 0.1 ? 1.0 : 0.0;
+      args.out(b, i, kv, j, d) = from_double<T>(o);
+    }
+    const AttentionStats& st = args.stats;
+    const auto put = [&](const TensorView<float, 4>& view, double value) {
+      if (view.data != nullptr) view(b, i, kv, j) = static_cast<float>(value);
+    };
+    if (st.sink_share.data != nullptr) {
+      double sink_mass = 0.0;
+      for (std::int64_t key = 0; key < std::min(st.n_sink, args.k.extents[1]); ++key) {
+        if (logits[key] != kNegInf) sink_mass += std::exp(logits[key] - max_logit);
+      }
+      put(st.sink_share, no_keys ? 0.0 : sink_mass / denom);
+    }
+    put(st.gate_mean, gate_sum / static_cast<double>(dv));
+    put(st.gate_below_0_1, gate_small / static_cast<double>(dv));
+    put(st.max_abs_before, max_before);
+    put(st.max_abs_after, max_after);
+  }
+
+  void run(std::int64_t valid) const {
+    double max_logit = compute_logits(valid);
+    const std::int64_t head = kv * args.q.extents[3] + j;
+    bool has_sink = args.maybe_sink_logits != nullptr || args.softmax_plus_one;
+    const double sink = args.maybe_sink_logits ? args.maybe_sink_logits[head] : 0.0;
+    if (has_sink && sink == kNegInf) has_sink = false;  // exp(-inf) adds nothing
+    if (has_sink) max_logit = std::max(max_logit, sink);
+    const double denom = accumulate(max_logit, has_sink ? std::exp(sink - max_logit) : 0.0);
+    write(max_logit, denom);
+  }
+};
+
+}  // namespace detail
+
 template <class T, class KvT>
 Status sdpa(const SdpaArgs<T, KvT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
   const auto& qe = args.q.extents;
-  const std::int64_t batch = qe[0], q_len = qe[1], kv_heads = qe[2], group = qe[3], dk = qe[4];
   const std::int64_t kv_len = args.k.extents[1];
-  const std::int64_t dv = args.v.extents[3];
-  const double scale = args.effective_scale();
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-
   std::vector<double> logits(static_cast<std::size_t>(kv_len));
-  std::vector<double> acc(static_cast<std::size_t>(dv));
-  for (std::int64_t b = 0; b < batch; ++b) {
+  std::vector<double> acc(static_cast<std::size_t>(args.v.extents[3]));
+  for (std::int64_t b = 0; b < qe[0]; ++b) {
     const std::int64_t valid = args.maybe_kv_lens ? args.maybe_kv_lens[b] : kv_len;
-    for (std::int64_t i = 0; i < q_len; ++i) {
-      const std::int64_t pos = i + valid - q_len;
-      for (std::int64_t kv = 0; kv < kv_heads; ++kv) {
-        for (std::int64_t j = 0; j < group; ++j) {
-          const std::int64_t head = kv * group + j;
-          // Logits of attended keys; -inf elsewhere.
-          double max_logit = neg_inf;
-          for (std::int64_t key = 0; key < kv_len; ++key) {
-            logits[key] = neg_inf;
-            if (key >= valid || !args.mask.allows(pos, key)) continue;
-            double dot = 0.0;
-            for (std::int64_t d = 0; d < dk; ++d) {
-              dot += as_double(args.q(b, i, kv, j, d)) * as_double(args.k(b, key, kv, d));
-            }
-            logits[key] = scale * dot;
-            max_logit = std::max(max_logit, logits[key]);
-          }
-          bool has_sink = args.maybe_sink_logits != nullptr || args.softmax_plus_one;
-          const double sink = args.maybe_sink_logits ? args.maybe_sink_logits[head] : 0.0;
-          if (has_sink && sink == neg_inf) has_sink = false;  // exp(-inf) adds nothing
-          if (has_sink) max_logit = std::max(max_logit, sink);
-
-          // Softmax normaliser and weighted sum of values.
-          double denom = has_sink ? std::exp(sink - max_logit) : 0.0;
-          std::fill(acc.begin(), acc.end(), 0.0);
-          for (std::int64_t key = 0; key < kv_len; ++key) {
-            if (logits[key] == neg_inf) continue;
-            const double p = std::exp(logits[key] - max_logit);
-            denom += p;
-            for (std::int64_t d = 0; d < dv; ++d) acc[d] += p * as_double(args.v(b, key, kv, d));
-          }
-          // denom is 0 only without any attended key or sink; NaN (from NaN or Inf in the
-          // attended inputs) propagates to the outputs, as any arithmetic would.
-          const bool no_keys = denom == 0.0;
-          if (args.maybe_lse.data != nullptr) {
-            args.maybe_lse(b, i, kv, j) =
-                static_cast<float>(no_keys ? neg_inf : max_logit + std::log(denom));
-          }
-          double max_before = 0.0, max_after = 0.0, gate_sum = 0.0, gate_small = 0.0;
-          for (std::int64_t d = 0; d < dv; ++d) {
-            const double attended = no_keys ? 0.0 : acc[d] / denom;
-            double o = attended;
-            double activated = 1.0;
-            if (args.gate.enabled()) {
-              activated = gate_activation(args.gate.activation,
-                                          as_double(args.gate.values(b, i, kv, j, d)));
-              o = gate_combine(args.gate.combine, attended, activated);
-            }
-            max_before = std::max(max_before, std::fabs(attended));
-            max_after = std::max(max_after, std::fabs(o));
-            gate_sum += activated;
-            gate_small += activated < 0.1 ? 1.0 : 0.0;
-            args.out(b, i, kv, j, d) = from_double<T>(o);
-          }
-          const AttentionStats& st = args.stats;
-          if (st.sink_share.data != nullptr) {
-            double sink_mass = 0.0;
-            for (std::int64_t key = 0; key < std::min(st.n_sink, kv_len); ++key) {
-              if (logits[key] != neg_inf) sink_mass += std::exp(logits[key] - max_logit);
-            }
-            st.sink_share(b, i, kv, j) = static_cast<float>(no_keys ? 0.0 : sink_mass / denom);
-          }
-          if (st.gate_mean.data != nullptr) {
-            st.gate_mean(b, i, kv, j) = static_cast<float>(gate_sum / static_cast<double>(dv));
-          }
-          if (st.gate_below_0_1.data != nullptr) {
-            st.gate_below_0_1(b, i, kv, j) =
-                static_cast<float>(gate_small / static_cast<double>(dv));
-          }
-          if (st.max_abs_before.data != nullptr) {
-            st.max_abs_before(b, i, kv, j) = static_cast<float>(max_before);
-          }
-          if (st.max_abs_after.data != nullptr) {
-            st.max_abs_after(b, i, kv, j) = static_cast<float>(max_after);
-          }
+    for (std::int64_t i = 0; i < qe[1]; ++i) {
+      for (std::int64_t kv = 0; kv < qe[2]; ++kv) {
+        for (std::int64_t j = 0; j < qe[3]; ++j) {
+          detail::SdpaRow<T, KvT>{args, b, i, kv, j, logits, acc}.run(valid);
         }
       }
     }

@@ -1,5 +1,5 @@
-// AVX-512 f32 vectors for the generic kernels (included inside kernels::avx512 and its target
-// region by kernels/avx512/kernels.hpp).
+// AVX-512 f32 vectors: the Simd contract (kernels/simd_contract.hpp) on 16 lanes. Included inside
+// kernels::avx512 and its target region by kernels/isa_region.inl.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
@@ -7,29 +7,14 @@
 struct Simd {
   using V = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kKeyBlock = 8;    // S^T microkernel: keys x row vectors
-  static constexpr int kRowVectors = 2;  //   8 x 2 = 16 accumulators of 32
-  static constexpr int kRowBlock = 8;    // P.V microkernel: rows x dv vectors
-  static constexpr int kDimVectors = 2;  //   8 x 2 = 16 accumulators
-  // Keys per block with few rows (decode): 16, whose P.V tiles load and store their accumulators
-  // half as often as at 8 (AVX2's block, for Zen 3's L1). Zen 4, paired decode_read_share at a
-  // fetch distance of 16 keys: qwen3next_decode_32k 1 thread 0.89-0.97 against 0.74-0.85 at 8
-  // (2 blocks ahead); llama8b_decode_8k no different; 32 and 64 keys were slower.
-  static constexpr std::int64_t kDecodeBlock = 16;
-  // Blocks further ahead that each decode phase fetches (see SdpaKernel::task): 1, 16 keys. Zen 4
-  // ran both decode shapes 1.2-1.3x faster at 2 blocks of 8 than at 0; with blocks of 16, 3 ahead
-  // was slower than 1 (decode_read_share 0.80-0.97 against 0.90-1.02).
-  static constexpr std::int64_t kDecodeFetchBlocks = 1;
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
-  // A load that several FMAs of a prefill tile use: the FMAs may take it as a memory operand
-  // (pinned, dense1p7b_prefill_2k and gpt2_prefill_1k ran 2-4% slower on Zen 4).
+  // Prefill tiles: the FMAs may take it as a memory operand (see docs/performance-notes.md,
+  // "Pinned loads: AVX-512 prefill tiles (dropped)").
   static V load_shared(const float* p) { return _mm512_loadu_ps(p); }
-  // A load that several FMAs of a decode tile use, kept in a register: folded into each FMA it
-  // costs a load per use, and decode tiles already load K or V rows at every step (Zen 4, with
-  // the fetch distance above: llama8b_decode_8k 1.1-1.2x, qwen3next_decode_32k 1.3x faster).
+  // Decode tiles: kept in a register, as their steps already load K or V rows.
   static V load_pinned(const float* p) {
     V v = _mm512_loadu_ps(p);
     __asm__("" : "+v"(v));
@@ -45,7 +30,6 @@ struct Simd {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
-  static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V round_nearest(V x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
@@ -61,17 +45,13 @@ struct Simd {
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
   }
-  // out[k * stride + r] = reduce_add(v[k][r]) for 4 x 4 vectors, as a transpose-and-add tree:
-  // 31 shuffles and 15 adds instead of 16 separate reductions of ~8 operations each.
-  static constexpr bool kHasReduceAdd4x4 = true;
-  // out[i] = reduce_add(v[i]) for 4 vectors (tiles of fewer than 4 keys). Both reductions are
-  // always inlined (on every ISA): they take a tile's accumulators by reference, and where GCC 12
-  // kept one out of line the accumulators lived in memory, stored at every step of the tile's
-  // loop (a translation unit of its own ran Qwen3-Next decode with 1K keys 1.7x slower).
+  // out[i] = reduce_add(v[i]) for 4 vectors. Both reductions are always inlined, on every path,
+  // so that a tile's accumulators stay in registers ("Dot-score reductions always inlined").
   GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
     GATED_ATTENTION_UNROLL
     for (int i = 0; i < 4; ++i) out[i] = reduce_add(v[i]);
   }
+  // out[k * stride + r] = reduce_add(v[k][r]) for 4 x 4 vectors, as one transpose-and-add tree.
   GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4x4(const V (&v)[4][4], float* out,
                                                            std::int64_t stride) {
     const V* x = &v[0][0];  // x[i], i = 4 k + r
@@ -101,9 +81,11 @@ struct Simd {
     _mm_storeu_ps(out + 2 * stride, _mm512_extractf32x4_ps(ordered, 2));
     _mm_storeu_ps(out + 3 * stride, _mm512_extractf32x4_ps(ordered, 3));
   }
-  // v with adjacent groups of `width` lanes swapped (width 4 or 8).
+  // v with adjacent groups of `width` lanes swapped (width 1, 2, 4 or 8).
   static V swap_groups(V v, int width) {
-    return width == 8 ? _mm512_shuffle_f32x4(v, v, 0x4E) : _mm512_shuffle_f32x4(v, v, 0xB1);
+    if (width == 8) return _mm512_shuffle_f32x4(v, v, 0x4E);
+    if (width == 4) return _mm512_shuffle_f32x4(v, v, 0xB1);
+    return width == 2 ? _mm512_permute_ps(v, 0x4E) : _mm512_permute_ps(v, 0xB1);
   }
   static float reduce_max(V v) {
     const __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

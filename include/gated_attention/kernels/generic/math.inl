@@ -47,8 +47,7 @@ GATED_ATTENTION_ALWAYS_INLINE Simd::V sigmoid_lanes(Simd::V x) {
   using S = Simd;
   const S::V one = S::set1(1.0f);
   // 2^t below t = -126 is no different from 0 next to 1, so exp2_lanes' zeroing is not needed.
-  // Simd::reciprocal is the cheaper of a division and a refined estimate on each ISA (AVX-512: a
-  // 512-bit divide takes ~16 cycles; AVX2: the divider runs beside the FMA pipes).
+  // Simd::reciprocal is the cheaper of a division and a refined estimate on each ISA.
   const S::V t = S::max(S::min(S::mul(x, S::set1(-kLog2e)), S::set1(125.0f)), S::set1(-126.0f));
   return S::reciprocal(S::add(one, exp2_in_range(t)));
 }

@@ -1,5 +1,5 @@
-// aarch64 Advanced SIMD f32 vectors for the generic kernels (included inside kernels::neon by
-// kernels/neon/kernels.hpp).
+// aarch64 Advanced SIMD f32 vectors: the Simd contract (kernels/simd_contract.hpp) on 4 lanes.
+// Included inside kernels::neon by kernels/isa_region.inl.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
@@ -7,18 +7,11 @@
 struct Simd {
   using V = float32x4_t;
   static constexpr int kLanes = 4;
-  static constexpr int kKeyBlock = 6;  // 32 registers: 6 x 4 accumulators + operands
-  static constexpr int kRowVectors = 4;
-  static constexpr int kRowBlock = 6;
-  static constexpr int kDimVectors = 4;
-  static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
-  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows.
-  static constexpr std::int64_t kDecodeFetchBlocks = 0;
 
   static V zero() { return vdupq_n_f32(0.0f); }
   static V set1(float x) { return vdupq_n_f32(x); }
   static V load(const float* p) { return vld1q_f32(p); }
-  // A load that several FMAs of a tile use (FMAs take no memory operand here).
+  // FMAs take no memory operand here: both loads are plain.
   static V load_shared(const float* p) { return vld1q_f32(p); }
   static V load_pinned(const float* p) { return load_shared(p); }
   static void store(float* p, V v) { vst1q_f32(p, v); }
@@ -38,23 +31,31 @@ struct Simd {
   static V sub(V a, V b) { return vsubq_f32(a, b); }
   static V max(V a, V b) { return vmaxq_f32(a, b); }
   static V min(V a, V b) { return vminq_f32(a, b); }
-  static V div(V a, V b) { return vdivq_f32(a, b); }
   static V round_nearest(V x) { return vrndnq_f32(x); }
-  static V pow2_integral(V n) {
-    const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
-    return vreinterpretq_f32_s32(bits);
-  }
   // p * 2^n for integral n in [-126, 127].
   static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
   static V select_less(V a, V b, V if_less, V otherwise) {
     return vbslq_f32(vcltq_f32(a, b), if_less, otherwise);
   }
   static float reduce_add(V v) { return vaddvq_f32(v); }
-  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
   // out[i] = reduce_add(v[i]) for 4 vectors: 3 pairwise adds.
   GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
     vst1q_f32(out, vpaddq_f32(vpaddq_f32(v[0], v[1]), vpaddq_f32(v[2], v[3])));
   }
+  // out[k * stride + r] = reduce_add(v[k][r]) for 4 x 4 vectors: reduce_add_4 per k.
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4x4(const V (&v)[4][4], float* out,
+                                                           std::int64_t stride) {
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < 4; ++k) reduce_add_4(v[k], out + k * stride);
+  }
+  // v with adjacent groups of `width` lanes swapped (width 1 or 2).
+  static V swap_groups(V v, int width) { return width == 2 ? vextq_f32(v, v, 2) : vrev64q_f32(v); }
   static float reduce_max(V v) { return vmaxvq_f32(v); }
   static V reciprocal(V x) { return vdivq_f32(vdupq_n_f32(1.0f), x); }
+
+ private:
+  static V pow2_integral(V n) {
+    const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vreinterpretq_f32_s32(bits);
+  }
 };

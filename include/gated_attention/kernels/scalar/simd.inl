@@ -1,5 +1,5 @@
-// Portable one-lane "vectors" for the generic kernels (included inside kernels::scalar by
-// kernels/scalar/kernels.hpp). The compiler may still vectorise the loops around them.
+// Portable one-lane "vectors": the Simd contract (kernels/simd_contract.hpp) on 1 lane. Included
+// inside kernels::scalar by kernels/isa_region.inl. The compiler may still vectorise around them.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
@@ -7,18 +7,10 @@
 struct Simd {
   using V = float;
   static constexpr int kLanes = 1;
-  static constexpr int kKeyBlock = 4;
-  static constexpr int kRowVectors = 4;
-  static constexpr int kRowBlock = 4;
-  static constexpr int kDimVectors = 4;
-  static constexpr std::int64_t kDecodeBlock = 16;  // keys per block with few rows (decode)
-  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows.
-  static constexpr std::int64_t kDecodeFetchBlocks = 0;
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
   static V load(const float* p) { return *p; }
-  // A load that several FMAs of a tile use.
   static V load_shared(const float* p) { return *p; }
   static V load_pinned(const float* p) { return load_shared(p); }
   static void store(float* p, V v) { *p = v; }
@@ -32,23 +24,29 @@ struct Simd {
   static V sub(V a, V b) { return a - b; }
   static V max(V a, V b) { return a > b ? a : b; }
   static V min(V a, V b) { return a < b ? a : b; }
-  static V div(V a, V b) { return a / b; }
   static V round_nearest(V x) { return std::nearbyint(x); }
+  // p * 2^n for integral n in [-126, 127].
+  static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
+  static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
+  static float reduce_add(V v) { return v; }
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
+    GATED_ATTENTION_UNROLL
+    for (int i = 0; i < 4; ++i) out[i] = v[i];
+  }
+  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4x4(const V (&v)[4][4], float* out,
+                                                           std::int64_t stride) {
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < 4; ++k) reduce_add_4(v[k], out + k * stride);
+  }
+  static V swap_groups(V v, int /*width*/) { return v; }  // one lane: no groups to swap
+  static float reduce_max(V v) { return v; }
+  static V reciprocal(V x) { return 1.0f / x; }
+
+ private:
   static V pow2_integral(V n) {
     const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23;
     float r;
     std::memcpy(&r, &bits, sizeof r);
     return r;
   }
-  // p * 2^n for integral n in [-126, 127].
-  static V scale_pow2(V p, V n) { return mul(p, pow2_integral(n)); }
-  static V select_less(V a, V b, V if_less, V otherwise) { return a < b ? if_less : otherwise; }
-  static float reduce_add(V v) { return v; }
-  static constexpr bool kHasReduceAdd4x4 = false;  // reduce_add_4 per key instead
-  GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4(const V (&v)[4], float* out) {
-    GATED_ATTENTION_UNROLL
-    for (int i = 0; i < 4; ++i) out[i] = v[i];
-  }
-  static float reduce_max(V v) { return v; }
-  static V reciprocal(V x) { return 1.0f / x; }
 };

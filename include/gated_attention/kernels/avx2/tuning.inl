@@ -1,0 +1,19 @@
+// Tile shapes and decode fetch distances of the avx2 path (16 vector registers). Each value was
+// chosen by measurement: see docs/performance-notes.md before changing one.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Tuning {
+  static constexpr int kTileAccumulators = 12;    // accumulator registers a tile may hold
+  static constexpr int kScoreTileKeys = 6;        // prefill S^T tile: keys x row vectors
+  static constexpr int kScoreTileRowVectors = 2;  //   (6 x 2 accumulators + operands)
+  static constexpr int kValueTileRows = 6;        // prefill P.V tile: rows x dv vectors
+  static constexpr int kValueTileVectors = 2;
+  // Keys per decode block: V rows of a power-of-two stride map to few L1 sets, and more of them
+  // per column chunk overflow an 8-way L1 ("AVX2 decode block: 8 keys").
+  static constexpr std::int64_t kDecodeBlock = 8;
+  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows only ("AVX2
+  // decode fetch distance: 0").
+  static constexpr std::int64_t kDecodeFetchBlocks = 0;
+};

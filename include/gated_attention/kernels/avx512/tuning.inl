@@ -1,0 +1,18 @@
+// Tile shapes and decode fetch distances of the avx512 path (32 vector registers). Each value was
+// chosen by measurement: see docs/performance-notes.md before changing one.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+struct Tuning {
+  static constexpr int kTileAccumulators = 16;    // accumulator registers a tile may hold
+  static constexpr int kScoreTileKeys = 8;        // prefill S^T tile: keys x row vectors
+  static constexpr int kScoreTileRowVectors = 2;  //   (8 x 2 accumulators)
+  static constexpr int kValueTileRows = 8;        // prefill P.V tile: rows x dv vectors
+  static constexpr int kValueTileVectors = 2;     //   (8 x 2 accumulators)
+  // Keys per decode block: its P.V tiles load and store their accumulators once per block
+  // ("AVX-512 decode block: 16 keys").
+  static constexpr std::int64_t kDecodeBlock = 16;
+  // Blocks further ahead that each decode phase fetches ("AVX-512 decode fetch distance").
+  static constexpr std::int64_t kDecodeFetchBlocks = 1;
+};

@@ -1,0 +1,121 @@
+// The decode regime: at most kDecodeMaxRows rows for every KV head of a batch entry. Per block of
+// Tuning::kDecodeBlock keys: the scores of every head as dot products along d, then each head's
+// softmax and O += P V with V read in place. K/V stream from memory, each phase fetching what a
+// later one reads Tuning::kDecodeFetchBlocks blocks ahead, spread evenly over its tiles: the
+// scores fetch the V rows, each head's P.V a share of the next K rows (see
+// docs/performance-notes.md, "Decode prefetch: software against the hardware prefetcher" and
+// "Decode prefetch: spread over each tile's steps").
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class T, class KvT, int kDk, int kDv>
+struct DecodeBlocks {
+  using Scores = ScoreTiles<KvT, kDk>;
+  using Values = ValueTiles<KvT, kDv>;
+  static constexpr std::int64_t kBlock = Tuning::kDecodeBlock;
+
+  // S^T's row stride: the rows packed 4 or 8 to a key, L / stride keys per vector where that is
+  // below L (see Softmax::ScoreVectors and docs/performance-notes.md, "Decode softmax: packed score
+  // rows").
+  static std::int64_t score_stride(std::int64_t rows) { return rows <= 4 ? 4 : 8; }
+
+  // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded; and the
+  // padded rows of S^T, which the dot tiles do not write, zeroed.
+  static void pack_queries(const UnitWork<T, KvT>& u, std::int64_t stride) {
+    const std::int64_t dkp = u.dk_padded();
+    for (std::int64_t h = 0; h < u.heads; ++h) {
+      for (std::int64_t r = 0; r < u.rows_v; ++r) {
+        const T* q = u.query(h, r);
+        float* row = u.w.q_t + h * u.q_size() + r * dkp;
+        for (std::int64_t d = 0; d < dkp; ++d) {
+          row[d] = q != nullptr && d < u.dk ? q[d] * u.scale_log2 : 0.0f;
+        }
+      }
+    }
+    for (std::int64_t n = 0; n < u.heads * kBlock; ++n) {
+      for (std::int64_t r = u.rows; r < stride; ++r) u.w.scores[n * stride + r] = 0.0f;
+    }
+  }
+
+  // The rows [n, n + kBlock) of every head of K or V (`base`: head 0's row 0; dims: a row's
+  // length), none past the task's keys, as one strided run of spans: one span per key where a
+  // key's heads lie within its stride (as in [b, s, h, d]), else one per head.
+  static RowPrefetch block_rows(const UnitWork<T, KvT>& u, const KvT* base, std::int64_t key_stride,
+                                std::int64_t head_stride, std::int64_t n, std::int64_t dims) {
+    constexpr auto kBytes = static_cast<std::int64_t>(sizeof(KvT));
+    if (n >= u.end) return RowPrefetch{};
+    const std::int64_t keys = std::min(kBlock, u.end - n);
+    const std::int64_t key_span = (u.heads - 1) * head_stride + dims;
+    if (key_span <= key_stride) {
+      return RowPrefetch{base + n * key_stride, key_stride * kBytes, keys, key_span * kBytes};
+    }
+    return RowPrefetch{base + n * key_stride, head_stride * kBytes, u.heads,
+                       ((keys - 1) * key_stride + dims) * kBytes};
+  }
+
+  // Head h's share of `rows` of `heads`, in order: what its P.V phase fetches.
+  static RowPrefetch head_share(const RowPrefetch& rows, std::int64_t heads, std::int64_t h) {
+    const std::int64_t per = (rows.rows + heads - 1) / heads;
+    const std::int64_t from = std::min(rows.rows, h * per);
+    if (from == rows.rows) return RowPrefetch{};
+    return RowPrefetch{static_cast<const char*>(rows.first) + from * rows.stride_bytes,
+                       rows.stride_bytes, std::min(per, rows.rows - from), rows.bytes};
+  }
+
+  // Head h's softmax and P.V for keys [n0, n0 + nb); next_keys: its share of the K rows to fetch.
+  static void head_block(const UnitWork<T, KvT>& u, std::int64_t h, std::int64_t n0,
+                         std::int64_t nb, std::int64_t stride, bool all_visible,
+                         const RowPrefetch& next_keys) {
+    const SdpaArgs<T, KvT>& a = u.args;
+    const SdpaWorkerScratch& w = u.w;
+    const std::int64_t dvp = u.plan.dv_padded, v_stride = a.v.strides[1];
+    const KvT* values = &a.v(u.unit.batch, n0, u.unit.kv_head + h, 0);
+    float* out = w.out + h * u.out_size();
+    float* scores = w.scores + h * kBlock * stride;  // one block per head
+    update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
+    if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
+                                                         nb, u.dv, out, dvp)) {
+      return;
+    }
+    if constexpr (Values::kInPlace) {
+      Values::accumulate_in_place(scores, stride, u.rows, values, v_stride, nb, out, dvp,
+                                  next_keys);
+    } else {
+      next_keys.fetch(0, next_keys.rows);
+      Values::pack(values, v_stride, nb, u.dv, dvp, w.v_packed);
+      Values::accumulate_packed(scores, stride, u.rows, w.v_packed, nb, dvp, out);
+    }
+  }
+
+  // Keys [n0, n0 + nb) of every head of the unit.
+  static void block(const UnitWork<T, KvT>& u, std::int64_t n0, std::int64_t nb,
+                    std::int64_t stride, bool all_visible) {
+    const SdpaArgs<T, KvT>& a = u.args;
+    const KvT* k_base = &a.k(u.unit.batch, 0, u.unit.kv_head, 0);
+    const KvT* v_base = &a.v(u.unit.batch, 0, u.unit.kv_head, 0);
+    const std::int64_t k_stride = a.k.strides[1], k_head_stride = a.k.strides[2];
+    const std::int64_t values_from = n0 + Tuning::kDecodeFetchBlocks * kBlock;
+    // K: at least the next block's (the scores have read this one's).
+    const std::int64_t keys_from =
+        n0 + std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
+    const RowPrefetch keys_ahead = block_rows(u, k_base, k_stride, k_head_stride, keys_from, u.dk);
+    Scores::decode_scores(u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb,
+                          u.w.q_t, u.q_size(), u.dk_padded(), u.dk, u.w.scores, kBlock * stride,
+                          stride,
+                          block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, u.dv));
+    for (std::int64_t h = 0; h < u.heads; ++h) {
+      head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
+    }
+  }
+
+  static void run(const UnitWork<T, KvT>& u) {
+    const std::int64_t stride = score_stride(u.rows);
+    pack_queries(u, stride);
+    for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kBlock) {
+      const std::int64_t nb = std::min(kBlock, u.end - n0);
+      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
+      if (seen.any) block(u, n0, nb, stride, seen.all);
+    }
+  }
+};

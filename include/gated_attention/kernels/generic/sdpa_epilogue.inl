@@ -1,0 +1,170 @@
+// The epilogue of one output row, while it is in cache: normalise (with the sink added), write
+// the log-sum-exp, apply the output gate, accumulate the row's statistics, and store.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class T, class KvT, int kDv>
+struct Epilogue {
+  using S = Simd;
+  using V = S::V;
+  static constexpr int L = S::kLanes;
+
+  // The factor that normalises a row (0 for a row that saw no key) and its log-sum-exp (natural
+  // log), with the head's sink logit (learned, or 0 for softmax+1) added to the softmax total.
+  struct Normalisation {
+    float inv;
+    float lse;
+  };
+  static Normalisation normalise(const SdpaArgs<T, KvT>& a, std::int64_t head, float max,
+                                 float sum) {
+    float scale = 1.0f;
+    if (a.maybe_sink_logits != nullptr || a.softmax_plus_one) {
+      const float sink = (a.maybe_sink_logits ? a.maybe_sink_logits[head] : 0.0f) * kLog2e;
+      if (sink != -std::numeric_limits<float>::infinity()) {
+        const float new_max = std::max(max, sink);
+        scale = std::exp2(max - new_max);
+        sum = sum * scale + std::exp2(sink - new_max);
+        max = new_max;
+      }
+    }
+    if (sum <= 0.0f) return {0.0f, -std::numeric_limits<float>::infinity()};
+    return {scale / sum, (max + std::log2(sum)) * kLn2};
+  }
+
+  // The activated gate of one row, a vector at a time; a headwise gate (stride 0 over d) is one
+  // value per row, activated once.
+  struct RowGate {
+    const T* values;
+    GateActivation activation;
+    bool broadcast;
+    V broadcast_activated;
+
+    // row: the row's gate values; null without a gate.
+    RowGate(const GateSpec<T>& gate, const T* row)
+        : values(row),
+          activation(gate.activation),
+          broadcast(row != nullptr && gate.values.strides[4] == 0),
+          broadcast_activated(broadcast ? activation_lanes(S::set1(*row), activation) : S::zero()) {
+    }
+    // Lanes [c, c + n) activated.
+    V activated(std::int64_t c, int n) const {
+      if (broadcast) return broadcast_activated;
+      return activation_lanes(n < L ? S::load_partial(values + c, n) : S::load(values + c),
+                              activation);
+    }
+  };
+
+  // A row's statistics: max |out| before and after the gate, the activated gate's sum and its
+  // count below 0.1.
+  struct RowStatistics {
+    V max_before_v, max_after_v, gate_sum_v, gate_small_v;  // whole vectors
+    float max_before = 0.0f, max_after = 0.0f, gate_sum = 0.0f, gate_small = 0.0f;
+
+    // User-provided, so that it is compiled in the ISA's target region.
+    RowStatistics()
+        : max_before_v(S::zero()),
+          max_after_v(S::zero()),
+          gate_sum_v(S::zero()),
+          gate_small_v(S::zero()) {}
+
+    // x: normalised output, y: gated output, act: activated gate, of n lanes.
+    void add(V x, V y, V act, int n) {
+      const V zero = S::zero(), one = S::set1(1.0f);
+      if (n == L) {
+        max_before_v = S::max(max_before_v, S::max(x, S::sub(zero, x)));
+        max_after_v = S::max(max_after_v, S::max(y, S::sub(zero, y)));
+        gate_sum_v = S::add(gate_sum_v, act);
+        gate_small_v = S::add(gate_small_v, S::select_less(act, S::set1(0.1f), one, zero));
+        return;
+      }
+      float xs[L], ys[L], as[L];  // the partial last vector, lane by lane
+      S::store(xs, x);
+      S::store(ys, y);
+      S::store(as, act);
+      for (int k = 0; k < n; ++k) {
+        max_before = std::max(max_before, std::fabs(xs[k]));
+        max_after = std::max(max_after, std::fabs(ys[k]));
+        gate_sum += as[k];
+        gate_small += as[k] < 0.1f ? 1.0f : 0.0f;
+      }
+    }
+
+    // Writes the requested statistics of row (b, i, kv, j); sink_share: its first keys' share.
+    void store(const AttentionStats& st, std::int64_t b, std::int64_t i, std::int64_t kv,
+               std::int64_t j, bool gated, float sink_share, std::int64_t dv) {
+      max_before = std::max(max_before, S::reduce_max(max_before_v));
+      max_after = std::max(max_after, S::reduce_max(max_after_v));
+      if (gated) {
+        gate_sum += S::reduce_add(gate_sum_v);
+        gate_small += S::reduce_add(gate_small_v);
+      }
+      const float d = static_cast<float>(dv);
+      if (st.sink_share.data) st.sink_share(b, i, kv, j) = sink_share;
+      if (st.gate_mean.data) st.gate_mean(b, i, kv, j) = gated ? gate_sum / d : 1.0f;
+      if (st.gate_below_0_1.data) st.gate_below_0_1(b, i, kv, j) = gated ? gate_small / d : 0.0f;
+      if (st.max_abs_before.data) st.max_abs_before(b, i, kv, j) = max_before;
+      if (st.max_abs_after.data) st.max_abs_after(b, i, kv, j) = max_after;
+    }
+  };
+
+  // Finishes row (query i, head j of KV head u.kv_head) from its unnormalised output o, running
+  // max and sum (log2 units) and its unnormalised probability mass on keys [0, n_sink).
+  static void finalize_row(const SdpaArgs<T, KvT>& a, const SdpaUnit& u, std::int64_t i,
+                           std::int64_t j, const float* o, float max, float sum, float sink_mass,
+                           std::int64_t dv) {
+    const Normalisation norm = normalise(a, u.kv_head * a.q.extents[3] + j, max, sum);
+    if (a.maybe_lse.data != nullptr) a.maybe_lse(u.batch, i, u.kv_head, j) = norm.lse;
+    T* out = &a.out(u.batch, i, u.kv_head, j, 0);
+    const bool gated = a.gate.enabled();
+    const RowGate gate(a.gate, gated ? &a.gate.values(u.batch, i, u.kv_head, j, 0) : nullptr);
+    const bool stats = a.stats.enabled();
+    RowStatistics row_stats;
+    const V inv = S::set1(norm.inv), one = S::set1(1.0f);
+    // A compile-time dv unrolls the loop, so that a row's vectors overlap their activations.
+    if constexpr (kDv > 0) dv = kDv;
+    GATED_ATTENTION_UNROLL_PARTLY
+    for (std::int64_t c = 0; c < dv; c += L) {
+      const int n = dv - c < L ? static_cast<int>(dv - c) : L;
+      const V x = S::mul(S::load(o + c), inv);
+      const V act = gated ? gate.activated(c, n) : one;
+      const V y = gated ? combine_lanes(x, act, a.gate.combine) : x;
+      if (stats) row_stats.add(x, y, act, n);
+      if (n < L) {
+        S::store_partial(out + c, y, n);
+      } else {
+        S::store(out + c, y);
+      }
+    }
+    if (stats) {
+      row_stats.store(a.stats, u.batch, i, u.kv_head, j, gated, sink_mass * norm.inv, dv);
+    }
+  }
+
+  // Rows ahead of the one being finalised whose gate (read) and output (written) lines are
+  // fetched: both are strided by the heads, which the hardware prefetcher does not follow.
+  static constexpr std::int64_t kPrefetchRows = 4;
+
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_row(const SdpaArgs<T, KvT>& a,
+                                                         const SdpaUnit& u, std::int64_t i,
+                                                         std::int64_t j, std::int64_t dv) {
+    const auto row_bytes = static_cast<std::int64_t>(dv * sizeof(T));
+    if (a.gate.enabled()) {
+      prefetch_rows(&a.gate.values(u.batch, i, u.kv_head, j, 0), 0, 1,
+                    a.gate.values.strides[4] == 0 ? 1 : row_bytes);
+    }
+    prefetch_rows<true>(&a.out(u.batch, i, u.kv_head, j, 0), 0, 1, row_bytes);
+  }
+
+  // Called before finalising row r of `rows` (query i0 + r / g, head r % g): fetches row
+  // r + kPrefetchRows, and at r = 0 the rows before it too.
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch(const SdpaArgs<T, KvT>& a, const SdpaUnit& u,
+                                                     std::int64_t i0, std::int64_t g,
+                                                     std::int64_t rows, std::int64_t r,
+                                                     std::int64_t dv) {
+    const std::int64_t last = std::min(rows - 1, r + kPrefetchRows);
+    for (std::int64_t ahead = r == 0 ? 0 : r + kPrefetchRows; ahead <= last; ++ahead) {
+      prefetch_row(a, u, i0 + ahead / g, ahead % g, dv);
+    }
+  }
+};

@@ -1,0 +1,49 @@
+// The prefill regime: many rows of one KV head, along vector lanes. Per block of kKvBlock keys:
+// S^T = K q^T from the query panels, the online softmax, and O += P V from the packed V block.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class T, class KvT, int kDk, int kDv>
+struct PrefillBlocks {
+  using Scores = ScoreTiles<KvT, kDk>;
+  using Values = ValueTiles<KvT, kDv>;
+
+  // The unit's queries, scaled by scale * log2(e), into the panels of Scores::q_panel_element.
+  static void pack_queries(const UnitWork<T, KvT>& u) {
+    for (std::int64_t r = 0; r < u.rows_v; ++r) {
+      const T* q = u.query(0, r);
+      for (std::int64_t d = 0; d < u.dk; ++d) {
+        *Scores::q_panel_element(u.w.q_t, u.rows_v, u.dk, r, d) =
+            q != nullptr ? q[d] * u.scale_log2 : 0.0f;
+      }
+    }
+  }
+
+  // Keys [n0, n0 + nb) of the unit's one head.
+  static void block(const UnitWork<T, KvT>& u, std::int64_t n0, std::int64_t nb, bool all_visible) {
+    const SdpaArgs<T, KvT>& a = u.args;
+    const SdpaWorkerScratch& w = u.w;
+    const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+    const KvT* keys = &a.k(u.unit.batch, n0, u.unit.kv_head, 0);
+    const KvT* values = &a.v(u.unit.batch, n0, u.unit.kv_head, 0);
+    const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
+    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, u.dk, w.scores, rs);
+    update_softmax(u, 0, w.scores, n0, nb, u.rows_v, rs, all_visible);
+    if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, values, v_stride, nb,
+                                                         u.dv, w.out, dvp)) {
+      return;
+    }
+    Values::pack(values, v_stride, nb, u.dv, dvp, w.v_packed);
+    Values::accumulate_packed(w.scores, rs, u.rows, w.v_packed, nb, dvp, w.out);
+  }
+
+  static void run(const UnitWork<T, KvT>& u) {
+    pack_queries(u);
+    for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kKvBlock) {
+      const std::int64_t nb = std::min(kKvBlock, u.end - n0);
+      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
+      if (seen.any) block(u, n0, nb, seen.all);
+    }
+  }
+};

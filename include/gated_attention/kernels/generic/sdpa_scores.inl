@@ -1,0 +1,266 @@
+// Score tiles: S^T [keys, rows] = K q^T for one block of keys, in log2 units (q is pre-scaled by
+// scale * log2(e)). They depend on the K element type and dk only: a new K type is a new tile.
+//
+// Prefill (rows along vector lanes): the queries are packed transposed in panels, and each key is
+// broadcast from its K row in place, so the softmax after it is vertical. Decode (few rows): dot
+// products along d, reduced at the end of each tile; every head of the unit in one phase, which
+// fetches what the next phase reads.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class KvT, int kDk>
+struct ScoreTiles {
+  static_assert(std::is_same_v<KvT, float>, "f32 K tiles");
+  using S = Simd;
+  using V = S::V;
+  static constexpr int L = S::kLanes;
+
+  // ---- Prefill: rows along lanes ----
+
+  // Queries are packed in panels of kPanelRows rows (then of L rows for the rest): the panel
+  // starting at row r0 with width w holds (d, r) at q_t[r0 * dk + d * w + r - r0], so a row
+  // group's queries are contiguous and stay in L1 while the keys stream past.
+  static constexpr std::int64_t kPanelRows = Tuning::kScoreTileRowVectors * L;
+  static std::int64_t whole_panel_rows(std::int64_t rows_v) {
+    return rows_v / kPanelRows * kPanelRows;
+  }
+  static float* q_panel_element(float* q_t, std::int64_t rows_v, std::int64_t dk, std::int64_t r,
+                                std::int64_t d) {
+    const std::int64_t w = r < whole_panel_rows(rows_v) ? kPanelRows : L;
+    const std::int64_t r0 = r / w * w;
+    return q_t + r0 * dk + d * w + (r - r0);
+  }
+
+  // S^T[k, r] for KB keys and RV row vectors of one panel: sum_d K[k, d] * q[d, r].
+  template <int KB, int RV>
+  GATED_ATTENTION_ALWAYS_INLINE static void panel_tile(const KvT* keys, std::int64_t key_stride,
+                                                       const float* panel, std::int64_t dk,
+                                                       float* scores, std::int64_t row_stride) {
+    V acc[KB][RV];
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
+    }
+    for (std::int64_t d = 0; d < dk; ++d) {
+      V q[RV];
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) q[v] = S::load_shared(panel + d * (RV * L) + v * L);
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        const V kb = S::set1(keys[k * key_stride + d]);
+        GATED_ATTENTION_UNROLL
+        for (int v = 0; v < RV; ++v) acc[k][v] = S::fma(kb, q[v], acc[k][v]);
+      }
+    }
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) S::store(scores + k * row_stride + v * L, acc[k][v]);
+    }
+  }
+
+  // The last count < KB keys of a block in one tile of count keys: a tile per key would leave one
+  // accumulator chain per row vector, bound by the FMA latency.
+  template <int RV, int KB>
+  static void panel_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
+                              const float* panel, std::int64_t dk, float* s,
+                              std::int64_t row_stride) {
+    if constexpr (KB > 0) {
+      if (count == KB) {
+        panel_tile<KB, RV>(keys, key_stride, panel, dk, s, row_stride);
+      } else {
+        panel_remainder<RV, KB - 1>(count, keys, key_stride, panel, dk, s, row_stride);
+      }
+    }
+  }
+
+  template <int KB, int RV>
+  static void panel_scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                           const float* panel, std::int64_t dk, float* s, std::int64_t row_stride) {
+    std::int64_t n = 0;
+    for (; n + KB <= num_keys; n += KB) {
+      panel_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
+                         row_stride);
+    }
+    if (n < num_keys) {
+      panel_remainder<RV, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, panel, dk,
+                                  s + n * row_stride, row_stride);
+    }
+  }
+
+  // S^T [num_keys, rows_v] from the query panels.
+  static void prefill_scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                             const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
+                             std::int64_t row_stride) {
+    constexpr int KB = Tuning::kScoreTileKeys, RV = Tuning::kScoreTileRowVectors;
+    const std::int64_t whole = whole_panel_rows(rows_v);
+    for (std::int64_t r = 0; r < whole; r += kPanelRows) {
+      panel_scores<KB, RV>(keys, key_stride, num_keys, q_t + r * dk, dk, s + r, row_stride);
+    }
+    for (std::int64_t r = whole; r < rows_v; r += L) {
+      panel_scores<KB * RV, 1>(keys, key_stride, num_keys, q_t + r * dk, dk, s + r, row_stride);
+    }
+  }
+
+  // ---- Decode: dot products along d ----
+
+  // Tiles of up to 4 keys x kDotTileRows rows (8 loads per 16 FMAs), as many keys as the
+  // accumulator budget holds; each row group streams the block's keys (L1-resident).
+  static constexpr int kDotTileRows = 4;
+  static constexpr int kDotTileKeys = std::min(4, Tuning::kTileAccumulators / kDotTileRows);
+
+  // S^T[k, r] for KB keys and RB rows; q_rows is [rows, q_stride], zero-padded to whole vectors.
+  // ahead: `lines` lines fetched, spread over the tile's steps along d.
+  template <int KB, int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const KvT* keys, std::int64_t key_stride,
+                                                     const float* q_rows, std::int64_t q_stride,
+                                                     std::int64_t dk, float* scores,
+                                                     std::int64_t row_stride, LineCursor& ahead,
+                                                     std::int64_t lines) {
+    V acc[KB][RB];
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
+    }
+    // A compile-time dk gives the loop a constant trip count, which the compiler unrolls.
+    const std::int64_t depth = kDk > 0 ? kDk : dk;
+    const std::int64_t whole = depth / L * L;
+    const std::int64_t steps = whole / L;
+    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    GATED_ATTENTION_UNROLL_PARTLY
+    for (std::int64_t d = 0; d < whole; d += L) {
+      ahead.fetch(per_step);
+      V kv[KB];
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_pinned(keys + k * key_stride + d);
+      dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
+    }
+    if (whole < depth) {
+      const int tail = static_cast<int>(depth - whole);
+      V kv[KB];
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + whole, tail);
+      dot_step<KB, RB>(acc, kv, q_rows + whole, q_stride);
+    }
+    ahead.fetch(lines - per_step * steps);
+    store_dot_sums<KB, RB>(acc, scores, row_stride);
+  }
+
+  // acc[k][r] += kv[k] * q[r] for one vector of d.
+  template <int KB, int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_step(V (&acc)[KB][RB], const V (&kv)[KB],
+                                                     const float* q, std::int64_t q_stride) {
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const V qr = S::load_pinned(q + r * q_stride);
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) acc[k][r] = S::fma(kv[k], qr, acc[k][r]);
+    }
+  }
+
+  template <int KB, int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void store_dot_sums(const V (&acc)[KB][RB], float* scores,
+                                                           std::int64_t row_stride) {
+    if constexpr (KB == 4 && RB == 4) {
+      S::reduce_add_4x4(acc, scores, row_stride);
+    } else if constexpr (RB == 4) {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) S::reduce_add_4(acc[k], scores + k * row_stride);
+    } else {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        GATED_ATTENTION_UNROLL
+        for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = S::reduce_add(acc[k][r]);
+      }
+    }
+  }
+
+  // The block's keys for RB rows, kDotTileKeys at a time.
+  template <int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const KvT* keys, std::int64_t key_stride,
+                                                     std::int64_t num_keys, const float* q_rows,
+                                                     std::int64_t q_stride, std::int64_t dk,
+                                                     float* s, std::int64_t row_stride,
+                                                     LineCursor& ahead,
+                                                     std::int64_t lines_per_tile) {
+    constexpr int KB = kDotTileKeys;
+    std::int64_t n = 0;
+    for (; n + KB <= num_keys; n += KB) {
+      dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk, s + n * row_stride,
+                       row_stride, ahead, lines_per_tile);
+    }
+    if (n < num_keys) {
+      dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows, q_stride,
+                                dk, s + n * row_stride, row_stride, ahead, lines_per_tile);
+    }
+  }
+
+  // The last count < KB keys in one tile of count keys (a tile per key would leave RB
+  // accumulator chains, bound by the FMA latency).
+  template <int RB, int KB>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(std::int64_t count, const KvT* keys,
+                                                          std::int64_t key_stride,
+                                                          const float* q_rows,
+                                                          std::int64_t q_stride, std::int64_t dk,
+                                                          float* s, std::int64_t row_stride,
+                                                          LineCursor& ahead, std::int64_t lines) {
+    if constexpr (KB > 0) {
+      if (count == KB) {
+        dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead, lines);
+      } else {
+        dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s, row_stride,
+                                  ahead, lines);
+      }
+    }
+  }
+
+  // A group of `rows` <= RB rows, by its compile-time row count.
+  template <int RB = kDotTileRows>
+  static void dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
+                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
+                        std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
+                        std::int64_t lines_per_tile) {
+    if constexpr (RB > 0) {
+      if (rows == RB) {
+        dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, ahead,
+                     lines_per_tile);
+      } else {
+        dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride,
+                          ahead, lines_per_tile);
+      }
+    }
+  }
+
+  // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of
+  // kDotTileKeys keys outer and heads inner, so that K is read in address order where a key's
+  // heads lie together (see docs/performance-notes.md, "Decode scores: all heads of a unit in
+  // one phase"). q_rows: head h at q_rows + h * q_head_stride. ahead: rows (the V rows the next
+  // phase reads) fetched by the tiles in even shares, spread over each tile's steps along d, and
+  // all of them by the end.
+  static void decode_scores(std::int64_t heads, std::int64_t rows, const KvT* keys,
+                            std::int64_t key_stride, std::int64_t key_head_stride,
+                            std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
+                            std::int64_t q_stride, std::int64_t dk, float* s,
+                            std::int64_t s_head_stride, std::int64_t row_stride,
+                            const RowPrefetch& ahead) {
+    const std::int64_t groups = (rows + kDotTileRows - 1) / kDotTileRows;
+    const std::int64_t tiles = heads * groups * ((num_keys + kDotTileKeys - 1) / kDotTileKeys);
+    LineCursor cursor{ahead};
+    const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
+    for (std::int64_t n = 0; n < num_keys; n += kDotTileKeys) {
+      const std::int64_t count = std::min<std::int64_t>(kDotTileKeys, num_keys - n);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
+          dot_group(std::min<std::int64_t>(kDotTileRows, rows - r),
+                    keys + h * key_head_stride + n * key_stride, key_stride, count,
+                    q_rows + h * q_head_stride + r * q_stride, q_stride, dk,
+                    s + h * s_head_stride + n * row_stride + r, row_stride, cursor, lines_per_tile);
+        }
+      }
+    }
+    cursor.fetch_rest();
+  }
+};

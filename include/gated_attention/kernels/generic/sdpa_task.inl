@@ -1,0 +1,123 @@
+// One SDPA task: a unit's rows, or one key split of them (kernels/sdpa_plan.hpp). It finds the
+// keys its rows see, runs the blocks of its regime, and finishes: the epilogue of every row, or,
+// for a split, the partial result that sdpa_merge combines.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class T, class KvT, int kDk, int kDv>
+struct SdpaKernel {
+  static_assert(std::is_same_v<T, float>, "f32 activations");
+
+  // The task's rows, keys and scratch, with the running softmax state reset.
+  static UnitWork<T, KvT> start(const SdpaContext<T, KvT>& ctx, std::int64_t task_index,
+                                int worker) {
+    const SdpaArgs<T, KvT>& a = *ctx.args;
+    const SdpaPlan& p = *ctx.plan;
+    const SdpaWorkerScratch& w = ctx.layout->workers[worker];
+    const SdpaUnit unit = unit_at(p, task_index / p.splits);
+    const std::int64_t i0 = unit.q_block * p.q_block;
+    const std::int64_t nq = std::min(p.q_block, p.q_len - i0);
+    UnitWork<T, KvT> u{a,
+                       p,
+                       w,
+                       ctx.scale_log2,
+                       unit,
+                       kDk > 0 ? kDk : p.dk,
+                       kDv > 0 ? kDv : p.dv,
+                       i0,
+                       nq * p.group,
+                       round_up(nq * p.group, Simd::kLanes),
+                       p.unit_heads,
+                       0,
+                       0,
+                       a.stats.sink_share.data != nullptr};
+    const std::int64_t valid = a.maybe_kv_lens ? a.maybe_kv_lens[unit.batch] : p.kv_len;
+    visible_keys(a, p, w, valid, i0, nq, u.rows_v, &u.begin, &u.end);
+    if (p.splits > 1) {  // this split's share, in whole blocks
+      const std::int64_t split = task_index % p.splits;
+      const std::int64_t chunk = round_up((u.end - u.begin + p.splits - 1) / p.splits, kKvBlock);
+      const std::int64_t split_begin = std::min(u.end, u.begin + split * chunk);
+      u.end = std::min(u.end, split_begin + chunk);
+      u.begin = split_begin;
+    }
+    const std::int64_t rs = p.row_stride;
+    std::fill(w.max, w.max + u.heads * rs, -std::numeric_limits<float>::infinity());
+    std::fill(w.sum, w.sum + u.heads * rs, 0.0f);
+    std::fill(w.out, w.out + u.heads * u.out_size(), 0.0f);
+    if (u.track_sink) std::fill(w.sink, w.sink + u.heads * rs, 0.0f);
+    return u;
+  }
+
+  // Every row through the epilogue.
+  static void finish_rows(const UnitWork<T, KvT>& u) {
+    using Finish = Epilogue<T, KvT, kDv>;
+    const std::int64_t g = u.plan.group, rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+    for (std::int64_t h = 0; h < u.heads; ++h) {
+      const SdpaUnit head_unit{u.unit.batch, u.unit.kv_head + h, u.unit.q_block};
+      const float* out = u.w.out + h * u.out_size();
+      for (std::int64_t r = 0; r < u.rows; ++r) {
+        Finish::prefetch(u.args, head_unit, u.i0, g, u.rows, r, u.dv);
+        const std::int64_t at = h * rs + r;
+        Finish::finalize_row(u.args, head_unit, u.i0 + r / g, r % g, out + r * dvp, u.w.max[at],
+                             u.w.sum[at], u.track_sink ? u.w.sink[at] : 0.0f, u.dv);
+      }
+    }
+  }
+
+  // The split's partial result (O, max, sum, sink mass) for the merge phase.
+  static void store_partial(const UnitWork<T, KvT>& u, const SdpaLayout& l,
+                            std::int64_t task_index) {
+    const std::int64_t rs = u.plan.row_stride, size = u.out_size();
+    for (std::int64_t h = 0; h < u.heads; ++h) {
+      const std::int64_t partial = task_index * u.heads + h;
+      const float* out = u.w.out + h * size;
+      std::copy(out, out + u.rows * u.plan.dv_padded, l.partial_out + partial * size);
+      std::copy(u.w.max + h * rs, u.w.max + h * rs + u.rows, l.partial_max + partial * rs);
+      std::copy(u.w.sum + h * rs, u.w.sum + h * rs + u.rows, l.partial_sum + partial * rs);
+      if (u.track_sink) {
+        std::copy(u.w.sink + h * rs, u.w.sink + h * rs + u.rows, l.partial_sink + partial * rs);
+      }
+    }
+  }
+
+  static void task(void* context, std::int64_t task_index, int worker) {
+    const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
+    const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
+    const UnitWork<T, KvT> u = start(ctx, task_index, worker);
+    if (u.begin < u.end) {
+      if (ctx.plan->regime == SdpaRegime::decode) {
+        DecodeBlocks<T, KvT, kDk, kDv>::run(u);
+      } else {
+        PrefillBlocks<T, KvT, kDk, kDv>::run(u);
+      }
+    }
+    if (ctx.plan->splits == 1) {
+      finish_rows(u);
+    } else {
+      store_partial(u, *ctx.layout, task_index);
+    }
+  }
+};
+
+// The task function for a head-dim pair: compile-time dims for the common sizes.
+template <class T, class KvT>
+TaskFn sdpa_task_fn(std::int64_t dk, std::int64_t dv) {
+  if (dk == dv) {
+    switch (dk) {
+      case 64:
+        return &SdpaKernel<T, KvT, 64, 64>::task;
+      case 80:
+        return &SdpaKernel<T, KvT, 80, 80>::task;
+      case 96:
+        return &SdpaKernel<T, KvT, 96, 96>::task;
+      case 128:
+        return &SdpaKernel<T, KvT, 128, 128>::task;
+      case 256:
+        return &SdpaKernel<T, KvT, 256, 256>::task;
+      default:
+        break;
+    }
+  }
+  return &SdpaKernel<T, KvT, 0, 0>::task;
+}

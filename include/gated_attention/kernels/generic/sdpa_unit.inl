@@ -1,0 +1,103 @@
+// One task's work: a unit's rows (or one key split of them), the keys they see, and the running
+// softmax state they carry from block to block. Shared by the prefill and decode drivers.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class T, class KvT>
+struct UnitWork {
+  const SdpaArgs<T, KvT>& args;
+  const SdpaPlan& plan;
+  const SdpaWorkerScratch& w;
+  float scale_log2;
+  SdpaUnit unit;
+  std::int64_t dk, dv;
+  std::int64_t i0;            // the unit's first query position
+  std::int64_t rows, rows_v;  // rows (positions x group), and rounded up to whole vectors
+  std::int64_t heads;         // KV heads of the unit (every one in decode, one in prefill)
+  std::int64_t begin, end;    // the keys this task reads: [begin, end)
+  bool track_sink;            // the sink-share statistic is requested
+
+  std::int64_t dk_padded() const { return round_up(dk, kRowPadding); }
+  std::int64_t q_size() const { return dk_padded() * plan.row_stride; }       // per head
+  std::int64_t out_size() const { return plan.row_stride * plan.dv_padded; }  // per head
+  // Row r's query (head r % group of position i0 + r / group) of head h; null past the rows.
+  const T* query(std::int64_t h, std::int64_t r) const {
+    const std::int64_t g = plan.group;
+    return r < rows ? &args.q(unit.batch, i0 + r / g, unit.kv_head + h, r % g, 0) : nullptr;
+  }
+};
+
+// Writes each row's visible keys [key_lo, key_hi] (by index arithmetic: causal bottom-right,
+// windows, kv_lens) and returns their union as [begin, end); padded rows see no key.
+template <class T, class KvT>
+void visible_keys(const SdpaArgs<T, KvT>& a, const SdpaPlan& p, const SdpaWorkerScratch& w,
+                  std::int64_t valid, std::int64_t i0, std::int64_t nq, std::int64_t rows_v,
+                  std::int64_t* begin, std::int64_t* end) {
+  const std::int64_t g = p.group;
+  std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = -1;
+  for (std::int64_t qi = 0; qi < nq; ++qi) {
+    const std::int64_t pos = i0 + qi + valid - p.q_len;
+    // max(0, pos - left) and min(valid - 1, pos + right) without overflow for any window size
+    // (valid - 1 - pos = q_len - 1 - i >= 0).
+    const std::int64_t left = a.mask.window_left, right = a.mask.window_right;
+    const std::int64_t lo = left < 0 || left >= pos ? 0 : pos - left;
+    const std::int64_t hi = right < 0 || right >= valid - 1 - pos ? valid - 1 : pos + right;
+    if (lo <= hi) {
+      first = std::min(first, lo);
+      last = std::max(last, hi);
+    }
+    for (std::int64_t j = 0; j < g; ++j) {
+      w.key_lo[qi * g + j] = lo;
+      w.key_hi[qi * g + j] = hi;
+    }
+  }
+  for (std::int64_t r = nq * g; r < rows_v; ++r) {
+    w.key_lo[r] = 1;
+    w.key_hi[r] = 0;
+  }
+  *begin = last >= first ? first : 0;
+  *end = last >= first ? last + 1 : 0;
+}
+
+// Which rows see a block of keys [n0, n1]: some (the block is read), and all of every key (no
+// mask needed).
+struct BlockVisibility {
+  bool any, all;
+};
+
+inline BlockVisibility block_visibility(const SdpaWorkerScratch& w, std::int64_t rows,
+                                        std::int64_t group, std::int64_t n0, std::int64_t n1) {
+  BlockVisibility v{false, true};
+  for (std::int64_t r = 0; r < rows; r += group) {
+    if (w.key_lo[r] > w.key_hi[r] || w.key_hi[r] < n0 || w.key_lo[r] > n1) {
+      v.all = false;
+      continue;
+    }
+    v.any = true;
+    if (w.key_lo[r] > n0 || w.key_hi[r] < n1) v.all = false;
+  }
+  return v;
+}
+
+// Head h's softmax over one block of scores (S^T becomes P^T): masked where some row does not
+// see every key, the running max, sum and sink mass updated, the output so far rescaled.
+template <class T, class KvT>
+void update_softmax(const UnitWork<T, KvT>& u, std::int64_t h, float* scores, std::int64_t n0,
+                    std::int64_t nb, std::int64_t score_rows, std::int64_t score_stride,
+                    bool all_visible) {
+  const SdpaWorkerScratch& w = u.w;
+  const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+  float* alpha = w.alpha + h * rs;
+  if (!all_visible) Softmax::mask_block(w, scores, n0, nb, score_rows, score_stride);
+  Softmax::softmax_block(scores, nb, score_rows, score_stride, w.max + h * rs, w.sum + h * rs,
+                         alpha);
+  float* out = w.out + h * u.out_size();
+  for (std::int64_t r = 0; r < u.rows; ++r) {
+    if (alpha[r] != 1.0f) Softmax::scale_row(out + r * dvp, dvp, alpha[r]);
+  }
+  if (u.track_sink) {
+    Softmax::add_sink_mass(scores, score_stride, u.rows, n0, nb, u.args.stats.n_sink, alpha,
+                           w.sink + h * rs);
+  }
+}

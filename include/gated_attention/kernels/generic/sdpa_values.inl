@@ -1,0 +1,316 @@
+// Value tiles: O [rows, dv] += P V for one block of keys, P^T [keys, rows] as the softmax left it.
+// They depend on the V element type and dv only: a new V type is a new tile.
+//
+// Prefill packs each V block by vector column once and reuses it for every row block. Decode
+// reads V rows in place (with a compile-time dv that is whole vectors), each tile fetching what a
+// later phase reads. Blocks that some rows see only in part and whose V holds NaN or Inf take an
+// exact, slower accumulation that skips zero weights.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class KvT, int kDv>
+struct ValueTiles {
+  static_assert(std::is_same_v<KvT, float>, "f32 V tiles");
+  using S = Simd;
+  using V = S::V;
+  static constexpr int L = S::kLanes;
+
+  // ---- Blocks with NaN or Inf in V ----
+
+  // Whether every value of num_keys V rows is finite (then a zero weight times any of them is 0,
+  // and a block some rows see only in part can take the tiles below).
+  static bool values_finite(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                            std::int64_t dv) {
+    const V zero = S::zero();
+    V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      for (std::int64_t c = 0; c < dv; c += L) {
+        const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
+        const V x = count == L ? S::load(row + c) : S::load_partial(row + c, count);
+        non_finite = S::fma(x, zero, non_finite);
+      }
+    }
+    return S::reduce_add(non_finite) == 0.0f;
+  }
+
+  // O[r] += sum_n P^T[n, r] V[n] over the keys whose weight is not zero: exact where V holds NaN
+  // or Inf (0 * NaN is NaN).
+  static void accumulate_skipping_zero_weights(const float* p, std::int64_t row_stride,
+                                               std::int64_t rows, const KvT* values,
+                                               std::int64_t value_stride, std::int64_t num_keys,
+                                               std::int64_t dv, float* out,
+                                               std::int64_t out_stride) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* o = out + r * out_stride;
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        const float weight = p[n * row_stride + r];
+        if (weight == 0.0f) continue;
+        const V wv = S::set1(weight);
+        const KvT* row = values + n * value_stride;
+        for (std::int64_t c = 0; c < dv; c += L) {
+          const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
+          if (count == L) {
+            S::store(o + c, S::fma(wv, S::load(row + c), S::load(o + c)));
+          } else {
+            const V sum =
+                S::fma(wv, S::load_partial(row + c, count), S::load_partial(o + c, count));
+            S::store_partial(o + c, sum, count);
+          }
+        }
+      }
+    }
+  }
+
+  // For a block that some rows see only in part: accumulates it exactly and returns true when V
+  // holds NaN or Inf; returns false (nothing done) when it is finite.
+  static bool accumulate_if_not_finite(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                       const KvT* values, std::int64_t value_stride,
+                                       std::int64_t num_keys, std::int64_t dv, float* out,
+                                       std::int64_t out_stride) {
+    if (values_finite(values, value_stride, num_keys, dv)) return false;
+    accumulate_skipping_zero_weights(p, row_stride, rows, values, value_stride, num_keys, dv, out,
+                                     out_stride);
+    return true;
+  }
+
+  // ---- Packed V blocks ----
+
+  static constexpr std::int64_t kPackedColumn = kKvBlock * L + kPackedColumnPadding;
+  // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[j * kPackedColumn + n * L],
+  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
+  static void pack(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                   std::int64_t dv, std::int64_t dv_padded, float* packed) {
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      const KvT* row = values + n * value_stride;
+      for (std::int64_t j = 0; j * L < dv_padded; ++j) {
+        const std::int64_t c = j * L;
+        const V x = c + L <= dv ? S::load(row + c)
+                                : S::load_partial(
+                                      row + c, static_cast<int>(std::max<std::int64_t>(0, dv - c)));
+        S::store(packed + j * kPackedColumn + n * L, x);
+      }
+    }
+  }
+
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns.
+  template <int RB, int CV>
+  GATED_ATTENTION_ALWAYS_INLINE static void packed_tile(const float* p, std::int64_t row_stride,
+                                                        const float* packed, std::int64_t num_keys,
+                                                        float* out, std::int64_t out_stride) {
+    V acc[RB][CV];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
+    }
+    for (std::int64_t n = 0; n < num_keys; ++n) {
+      V v[CV];
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) v[c] = S::load_shared(packed + c * kPackedColumn + n * L);
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const V pb = S::set1(p[n * row_stride + r]);
+        GATED_ATTENTION_UNROLL
+        for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
+      }
+    }
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+    }
+  }
+
+  template <int CV, int RB = Tuning::kValueTileRows>
+  static void packed_rows_remainder(std::int64_t count, const float* p, std::int64_t row_stride,
+                                    const float* packed, std::int64_t num_keys, float* out,
+                                    std::int64_t out_stride) {
+    if constexpr (RB > 0) {
+      if (count == RB) {
+        packed_tile<RB, CV>(p, row_stride, packed, num_keys, out, out_stride);
+      } else {
+        packed_rows_remainder<CV, RB - 1>(count, p, row_stride, packed, num_keys, out, out_stride);
+      }
+    }
+  }
+
+  template <int CV>
+  static void packed_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
+                          const float* packed, std::int64_t num_keys, float* out,
+                          std::int64_t out_stride) {
+    constexpr int RB = Tuning::kValueTileRows;
+    std::int64_t r = 0;
+    for (; r + RB <= rows; r += RB) {
+      packed_tile<RB, CV>(p + r, row_stride, packed, num_keys, out + r * out_stride, out_stride);
+    }
+    if (r < rows) {
+      packed_rows_remainder<CV>(rows - r, p + r, row_stride, packed, num_keys, out + r * out_stride,
+                                out_stride);
+    }
+  }
+
+  // O += P V from a packed V block, each column chunk reused by every row block while in L1.
+  static void accumulate_packed(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                const float* packed, std::int64_t num_keys, std::int64_t dv_padded,
+                                float* out) {
+    constexpr int CV = Tuning::kValueTileVectors;
+    const std::int64_t vectors = dv_padded / L;
+    std::int64_t j = 0;
+    for (; j + CV <= vectors; j += CV) {
+      packed_rows<CV>(rows, p, row_stride, packed + j * kPackedColumn, num_keys, out + j * L,
+                      dv_padded);
+    }
+    for (; j < vectors; ++j) {
+      packed_rows<1>(rows, p, row_stride, packed + j * kPackedColumn, num_keys, out + j * L,
+                     dv_padded);
+    }
+  }
+
+  // ---- V read in place (decode) ----
+
+  // V rows are read in place a group of kInPlaceKeys keys at a time (L1-resident while every row
+  // and column chunk reads it), in tiles of kInPlaceTileRows rows x kInPlaceTileVectors vectors.
+  static constexpr std::int64_t kInPlaceKeys = 16;
+  static constexpr int kInPlaceTileRows = 4;
+  // The most whole vectors of a tile that divide kDv and keep kInPlaceTileRows x that many
+  // accumulators within the budget; 0: dv not fixed or not whole vectors.
+  static constexpr int in_place_tile_vectors() {
+    if (kDv <= 0 || kDv % L != 0) return 0;
+    for (int c = 4; c > 1; --c) {
+      if (c * kInPlaceTileRows <= Tuning::kTileAccumulators && (kDv / L) % c == 0) return c;
+    }
+    return 1;
+  }
+  static constexpr int kInPlaceTileVectors = in_place_tile_vectors();
+  // Whether V can be read in place: a compile-time dv that is whole vectors.
+  static constexpr bool kInPlace = kInPlaceTileVectors > 0;
+  static constexpr std::int64_t kDvPadded = round_up(kDv, kRowPadding);
+
+  // acc[r] += p[r] v for one key's weights p and V row v.
+  template <int RB, int CV>
+  GATED_ATTENTION_ALWAYS_INLINE static void in_place_key(V (&acc)[RB][CV], const float* p,
+                                                         const KvT* v) {
+    V x[CV];
+    GATED_ATTENTION_UNROLL
+    for (int c = 0; c < CV; ++c) x[c] = S::load_pinned(v + c * L);
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const V pb = S::set1(p[r]);
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, x[c], acc[r][c]);
+    }
+  }
+
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV vectors of V rows read in place.
+  // NK > 0 (whole decode blocks): num_keys is NK and out_stride kDvPadded, so that the unrolled
+  // key loop addresses the output at constant offsets. ahead: `lines` lines fetched, spread over
+  // the keys (divided at run time even for NK > 0: see docs/performance-notes.md, "Decode P.V
+  // tile: runtime key-count division").
+  template <int RB, int CV, int NK>
+  GATED_ATTENTION_ALWAYS_INLINE static void in_place_tile(const float* p, std::int64_t row_stride,
+                                                          const KvT* values,
+                                                          std::int64_t value_stride,
+                                                          std::int64_t num_keys, float* out,
+                                                          std::int64_t out_stride,
+                                                          LineCursor& ahead, std::int64_t lines) {
+    if constexpr (NK > 0) out_stride = kDvPadded;  // constant offsets
+    V acc[RB][CV];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
+    }
+    const KvT* row = values;
+    const std::int64_t per_key = num_keys > 0 ? (lines + num_keys - 1) / num_keys : 0;
+    if constexpr (NK > 0) {
+      GATED_ATTENTION_UNROLL
+      for (int n = 0; n < NK; ++n, p += row_stride, row += value_stride) {
+        ahead.fetch(per_key);
+        in_place_key(acc, p, row);
+      }
+    } else {
+      for (std::int64_t n = 0; n < num_keys; ++n, p += row_stride, row += value_stride) {
+        ahead.fetch(per_key);
+        in_place_key(acc, p, row);
+      }
+    }
+    ahead.fetch(lines - per_key * num_keys);
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+    }
+  }
+
+  // A group of `rows` <= RB rows, by its compile-time row count.
+  template <int NK, int RB = kInPlaceTileRows>
+  GATED_ATTENTION_ALWAYS_INLINE static void in_place_rows(
+      std::int64_t rows, const float* p, std::int64_t row_stride, const KvT* values,
+      std::int64_t value_stride, std::int64_t num_keys, float* out, std::int64_t out_stride,
+      LineCursor& ahead, std::int64_t lines) {
+    if constexpr (RB > 0 && kInPlace) {
+      if (rows == RB) {
+        in_place_tile<RB, kInPlaceTileVectors, NK>(p, row_stride, values, value_stride, num_keys,
+                                                   out, out_stride, ahead, lines);
+      } else {
+        in_place_rows<NK, RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
+                                  out_stride, ahead, lines);
+      }
+    }
+  }
+
+  // One group of keys for every row and column chunk; NK > 0: num_keys is NK.
+  template <int NK>
+  static void in_place_group(const float* p, std::int64_t row_stride, std::int64_t rows,
+                             const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                             float* out, std::int64_t out_stride, LineCursor& ahead,
+                             std::int64_t lines_per_tile, LineCursor& next_values,
+                             std::int64_t next_lines_per_tile) {
+    constexpr std::int64_t kColumns = kInPlaceTileVectors * L;
+    for (std::int64_t c = 0; c < kDv; c += kColumns) {
+      for (std::int64_t r = 0; r < rows; r += kInPlaceTileRows) {
+        next_values.fetch(next_lines_per_tile);
+        in_place_rows<NK>(std::min<std::int64_t>(kInPlaceTileRows, rows - r), p + r, row_stride,
+                          values + c, value_stride, num_keys, out + r * out_stride + c, out_stride,
+                          ahead, lines_per_tile);
+      }
+    }
+  }
+
+  // O += P V with V rows read in place, kInPlaceKeys keys at a time, each group's tiles fetching
+  // the next group's V rows. ahead: rows (the K rows read next) fetched by the tiles in even
+  // shares, spread over each tile's keys, and all of them by the end. Requires kInPlace.
+  static void accumulate_in_place(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                  const KvT* values, std::int64_t value_stride,
+                                  std::int64_t num_keys, float* out, std::int64_t out_stride,
+                                  const RowPrefetch& ahead) {
+    if constexpr (kInPlace) {
+      const std::int64_t groups = (rows + kInPlaceTileRows - 1) / kInPlaceTileRows;
+      const std::int64_t group_tiles = groups * (kDv / (kInPlaceTileVectors * L));
+      const std::int64_t tiles = group_tiles * ((num_keys + kInPlaceKeys - 1) / kInPlaceKeys);
+      LineCursor cursor{ahead};
+      const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
+      for (std::int64_t n = 0; n < num_keys; n += kInPlaceKeys) {
+        const std::int64_t keys = std::min(kInPlaceKeys, num_keys - n);
+        LineCursor next_values{
+            RowPrefetch{values + (n + kInPlaceKeys) * value_stride,
+                        static_cast<std::int64_t>(value_stride * sizeof(KvT)),
+                        std::clamp<std::int64_t>(num_keys - n - kInPlaceKeys, 0, kInPlaceKeys),
+                        static_cast<std::int64_t>(kDv * sizeof(KvT))}};
+        const std::int64_t next_lines = (next_values.lines() + group_tiles - 1) / group_tiles;
+        if (keys == Tuning::kDecodeBlock && out_stride == kDvPadded) {
+          in_place_group<Tuning::kDecodeBlock>(
+              p + n * row_stride, row_stride, rows, values + n * value_stride, value_stride, keys,
+              out, out_stride, cursor, lines_per_tile, next_values, next_lines);
+        } else {
+          in_place_group<0>(p + n * row_stride, row_stride, rows, values + n * value_stride,
+                            value_stride, keys, out, out_stride, cursor, lines_per_tile,
+                            next_values, next_lines);
+        }
+      }
+      cursor.fetch_rest();
+    }
+  }
+};
