@@ -4,8 +4,13 @@
 // AttentionStats output on. gate_overhead/<headwise|elementwise>/...: counter ratio, the median
 // of paired gated / ungated call times (sdpa_case.hpp); stats_overhead/elementwise/...: the same
 // for the elementwise-gated call with / without every AttentionStats output.
+// denormal_overhead/f32/<shape>/threads:1 (gpt2_prefill_1k, llama8b_decode_8k): counter ratio, the
+// median of paired call times with every q, k and v element denormal / with the same values in
+// normal range. The kernels flush denormals (kernels/denormals.hpp), so it stays near 1; losing the
+// flush shows as a large factor (a microcode assist per operation).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <string>
 
 #include "sdpa_case.hpp"
@@ -18,6 +23,17 @@ using ga::bench::gate_name;
 using ga::bench::run_sdpa;
 
 namespace {
+
+void run_denormal_overhead(benchmark::State& state, AttentionShape s, int threads) {
+  ga::bench::SdpaCase normal(s), denormal(s);
+  for (auto* buffer : {&denormal.q, &denormal.k, &denormal.v}) {
+    for (float& x : *buffer) x = std::ldexp(x, -130);  // |x| < 2^-126: denormal (or 0)
+  }
+  ga::bench::SdpaRunner call(threads, {normal.args, denormal.args});
+  ga::bench::time_pairs(
+      state, "ratio", [&] { call(state, normal.args); }, [&] { call(state, denormal.args); });
+  state.SetLabel(ga::sdpa_path());
+}
 
 int register_sdpa() {
   for (Gate gate : ga::bench::kGates) {
@@ -47,6 +63,13 @@ int register_sdpa() {
         }
       }
     }
+  }
+  for (const AttentionShape& s : ga::bench::kShapes) {
+    const std::string shape = s.name;
+    if (shape != "gpt2_prefill_1k" && shape != "llama8b_decode_8k") continue;
+    const std::string name = "denormal_overhead/f32/" + shape + "/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), run_denormal_overhead, s, 1)
+        ->Unit(benchmark::kMillisecond);
   }
   return 0;
 }

@@ -107,6 +107,42 @@ std::string dim(int d) {
   return "dim " + std::to_string(d);
 }
 
+// One row of a bad-input table: the section's name, how it breaks valid arguments, and the parts
+// the message must contain.
+template <class Args>
+struct BadArgs {
+  const char* name;
+  std::function<void(Args&)> mutate;
+  std::vector<std::string> parts;
+};
+
+// Runs every row in its own section: check(valid() broken by the row, the row's parts).
+template <class Args, class Valid, class Check>
+void for_each_row(const std::vector<BadArgs<Args>>& rows, Valid&& valid, Check&& check) {
+  for (const BadArgs<Args>& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      Args a = valid();
+      row.mutate(a);
+      check(a, row.parts);
+    }
+  }
+}
+
+using SdpaRows = std::vector<BadArgs<ga::SdpaArgs<float>>>;
+
+float* writable(const float* x) {
+  return const_cast<float*>(x);
+}
+
+// Each row in its own section, through expect_rejected() on p's valid arguments.
+void expect_rows_rejected(Problem& p, const SdpaRows& rows) {
+  for_each_row(
+      rows, [&] { return p.args(); },
+      [&](const ga::SdpaArgs<float>& a, const std::vector<std::string>& parts) {
+        expect_rejected(p, a, parts);
+      });
+}
+
 }  // namespace
 
 TEST_CASE("bad input: sdpa views with negative extents or strides name the tensor and dim",
@@ -189,152 +225,120 @@ TEST_CASE("bad input: sdpa innermost strides other than 1 (0 allowed only for th
 
 TEST_CASE("bad input: sdpa null data pointers", "[bad_input][sdpa]") {
   Problem p(full_case());
-  {
+  using A = ga::SdpaArgs<float>;
+  const SdpaRows rows = {
+      {"q", [](A& a) { a.q.data = nullptr; }, {"q: null data pointer"}},
+      {"k", [](A& a) { a.k.data = nullptr; }, {"k: null data pointer"}},
+      {"v", [](A& a) { a.v.data = nullptr; }, {"v: null data pointer"}},
+      {"out", [](A& a) { a.out.data = nullptr; }, {"out: null data pointer"}},
+  };
+  expect_rows_rejected(p, rows);
+  SECTION("null optional views and empty views are valid") {
+    // A null gate, lse or statistics view means "none"; a null pointer into an empty view is fine.
     ga::SdpaArgs<float> a = p.args();
-    a.q.data = nullptr;
-    expect_rejected(p, a, {"q: null data pointer"});
+    a.gate.values.data = nullptr;
+    a.maybe_lse.data = nullptr;
+    a.stats.gate_mean.data = nullptr;
+    CHECK(ga::can_implement(a).is_ok());
+    Problem empty(Case::make("bad input, empty", 0, 3, 10, 4, 2, 16, 8));
+    ga::SdpaArgs<float> e = empty.args();
+    e.q.data = nullptr;
+    e.out.data = nullptr;
+    e.k.data = nullptr;
+    e.v.data = nullptr;
+    CHECK(ga::can_implement(e).is_ok());
+    std::vector<std::byte> ws(ga::workspace_size(e, 1));
+    CHECK(ga::run(e, ga::Workspace(ws.data(), ws.size())).is_ok());
   }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.k.data = nullptr;
-    expect_rejected(p, a, {"k: null data pointer"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.v.data = nullptr;
-    expect_rejected(p, a, {"v: null data pointer"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.out.data = nullptr;
-    expect_rejected(p, a, {"out: null data pointer"});
-  }
-  // A null gate, lse or statistics view means "none"; a null pointer into an empty view is fine.
-  ga::SdpaArgs<float> a = p.args();
-  a.gate.values.data = nullptr;
-  a.maybe_lse.data = nullptr;
-  a.stats.gate_mean.data = nullptr;
-  CHECK(ga::can_implement(a).is_ok());
-  Problem empty(Case::make("bad input, empty", 0, 3, 10, 4, 2, 16, 8));
-  ga::SdpaArgs<float> e = empty.args();
-  e.q.data = nullptr;
-  e.out.data = nullptr;
-  e.k.data = nullptr;
-  e.v.data = nullptr;
-  CHECK(ga::can_implement(e).is_ok());
-  std::vector<std::byte> ws(ga::workspace_size(e, 1));
-  CHECK(ga::run(e, ga::Workspace(ws.data(), ws.size())).is_ok());
 }
 
 TEST_CASE("bad input: sdpa head counts and head dims", "[bad_input][sdpa]") {
   Problem p(full_case());
-  {  // 4 query heads over 3 KV heads: split_heads leaves a group of 0
-    ga::SdpaArgs<float> a = p.args();
-    a.q = ga::split_heads(ga::TensorView<const float, 4>(p.q.view), 3);
-    expect_rejected(p, a, {"q: dim 3", "multiple of kv heads"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.q.extents[2] = 0;  // no KV heads
-    expect_rejected(p, a, {"q: dim 2"});
-  }
-  for (std::int64_t dk : {std::int64_t{0}, ga::kMaxHeadDim + 1}) {
-    ga::SdpaArgs<float> a = p.args();
-    a.q.extents[4] = dk;
-    a.k.extents[3] = dk;
-    expect_rejected(p, a, {"q: dim 4", "got " + std::to_string(dk)});
-  }
-  for (std::int64_t dv : {std::int64_t{0}, ga::kMaxHeadDim + 1}) {
-    ga::SdpaArgs<float> a = p.args();
-    a.v.extents[3] = dv;
-    expect_rejected(p, a, {"v: dim 3", "got " + std::to_string(dv)});
-  }
+  using A = ga::SdpaArgs<float>;
+  const ga::TensorView<const float, 4> q_heads(p.q.view);
+  const std::int64_t big = ga::kMaxHeadDim + 1;
+  const std::string got_big = "got " + std::to_string(big);
+  expect_rows_rejected(
+      p, {
+             // 4 query heads over 3 KV heads: split_heads leaves a group of 0
+             {"query heads not a multiple of kv heads",
+              [&](A& a) { a.q = ga::split_heads(q_heads, 3); },
+              {"q: dim 3", "multiple of kv heads"}},
+             {"no kv heads", [](A& a) { a.q.extents[2] = 0; }, {"q: dim 2"}},
+             {"dk 0", [](A& a) { a.q.extents[4] = a.k.extents[3] = 0; }, {"q: dim 4", "got 0"}},
+             {"dk above the maximum",
+              [&](A& a) { a.q.extents[4] = a.k.extents[3] = big; },
+              {"q: dim 4", got_big}},
+             {"dv 0", [](A& a) { a.v.extents[3] = 0; }, {"v: dim 3", "got 0"}},
+             {"dv above the maximum", [&](A& a) { a.v.extents[3] = big; }, {"v: dim 3", got_big}},
+         });
 }
 
 TEST_CASE("bad input: sdpa outputs that overlap inputs, each other or themselves",
           "[bad_input][sdpa]") {
   Problem p(full_case());
-  const auto writable = [](const float* x) { return const_cast<float*>(x); };
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.out.data = writable(a.v.data);
-    expect_rejected(p, a, {"out: overlaps v"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.out.data = writable(a.gate.values.data);
-    expect_rejected(p, a, {"out: overlaps gate"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.maybe_lse.data = writable(a.q.data);
-    expect_rejected(p, a, {"lse: overlaps q"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.maybe_lse.data = a.out.data + 1;
-    expect_rejected(p, a, {"lse: overlaps out"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.stats.max_abs_before.data = writable(a.k.data);
-    expect_rejected(p, a, {"stats.max_abs_before: overlaps k"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.stats.gate_mean.data = a.maybe_lse.data;
-    expect_rejected(p, a, {"stats.gate_mean: overlaps lse"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.stats.max_abs_after.data = a.stats.sink_share.data;
-    expect_rejected(p, a, {"stats.max_abs_after: overlaps stats.sink_share"});
-  }
-  {  // every query position writes the same row
-    ga::SdpaArgs<float> a = p.args();
-    a.out.strides[1] = 0;
-    expect_rejected(p, a, {"out: dim 1", "more than once"});
-  }
-  {  // rows closer than their length
-    ga::SdpaArgs<float> a = p.args();
-    a.out.strides[3] = 4;  // dv = 8
-    expect_rejected(p, a, {"out: dim 3", "more than once"});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.maybe_lse.strides[0] = 0;
-    expect_rejected(p, a, {"lse: dim 0", "more than once"});
-  }
+  using A = ga::SdpaArgs<float>;
+  expect_rows_rejected(
+      p, {
+             {"out on v", [](A& a) { a.out.data = writable(a.v.data); }, {"out: overlaps v"}},
+             {"out on the gate",
+              [](A& a) { a.out.data = writable(a.gate.values.data); },
+              {"out: overlaps gate"}},
+             {"lse on q", [](A& a) { a.maybe_lse.data = writable(a.q.data); }, {"lse: overlaps q"}},
+             {"lse inside out",
+              [](A& a) { a.maybe_lse.data = a.out.data + 1; },
+              {"lse: overlaps out"}},
+             {"a statistic on k",
+              [](A& a) { a.stats.max_abs_before.data = writable(a.k.data); },
+              {"stats.max_abs_before: overlaps k"}},
+             {"a statistic on lse",
+              [](A& a) { a.stats.gate_mean.data = a.maybe_lse.data; },
+              {"stats.gate_mean: overlaps lse"}},
+             {"two statistics on one buffer",
+              [](A& a) { a.stats.max_abs_after.data = a.stats.sink_share.data; },
+              {"stats.max_abs_after: overlaps stats.sink_share"}},
+             {"every query position writes the same row",
+              [](A& a) { a.out.strides[1] = 0; },
+              {"out: dim 1", "more than once"}},
+             {"rows closer than their length (dv 8)",
+              [](A& a) { a.out.strides[3] = 4; },
+              {"out: dim 3", "more than once"}},
+             {"lse rows on one another",
+              [](A& a) { a.maybe_lse.strides[0] = 0; },
+              {"lse: dim 0", "more than once"}},
+         });
 }
 
 TEST_CASE("bad input: sdpa windows, kv lengths, statistics and phases", "[bad_input][sdpa]") {
   Problem p(full_case());
-  for (const ga::Mask mask : {ga::Mask::window(-2, 0), ga::Mask::window(3, -7),
-                              ga::Mask{std::numeric_limits<std::int64_t>::min(), -1}}) {
-    ga::SdpaArgs<float> a = p.args();
-    a.mask = mask;
-    expect_rejected(p, a, {"mask:", "window"});
-  }
-  for (std::int64_t bad : {std::int64_t{-1}, std::int64_t{11}}) {  // kv_len 10
-    const std::int64_t lens[2] = {10, bad};
-    ga::SdpaArgs<float> a = p.args();
-    a.maybe_kv_lens = lens;
-    expect_rejected(p, a, {"kv_lens: entry 1", "got " + std::to_string(bad)});
-  }
-  {
-    ga::SdpaArgs<float> a = p.args();
-    a.stats.n_sink = -1;
-    expect_rejected(p, a, {"stats.n_sink", "got -1"});
-  }
-  {  // sizes whose element count or span does not fit 64-bit offsets
-    ga::SdpaArgs<float> a = p.args();
-    a.k.extents[1] = std::int64_t{1} << 62;
-    expect_rejected(p, a, {"k: dim 1", "64-bit"});
-    a = p.args();
-    a.v.strides[0] = std::numeric_limits<std::int64_t>::max() / 2;
-    expect_rejected(p, a, {"v: dim 0", "64-bit"});
-  }
-  {  // a phase beyond num_phases()
+  using A = ga::SdpaArgs<float>;
+  const std::int64_t below[2] = {10, -1}, above[2] = {10, 11};  // kv_len 10
+  expect_rows_rejected(
+      p,
+      {
+          {"window left -2", [](A& a) { a.mask = ga::Mask::window(-2, 0); }, {"mask:", "window"}},
+          {"window right -7", [](A& a) { a.mask = ga::Mask::window(3, -7); }, {"mask:", "window"}},
+          {"window left at the int64 minimum",
+           [](A& a) {
+             a.mask = ga::Mask{std::numeric_limits<std::int64_t>::min(), -1};
+           },
+           {"mask:", "window"}},
+          {"a kv length below 0",
+           [&](A& a) { a.maybe_kv_lens = below; },
+           {"kv_lens: entry 1", "got -1"}},
+          {"a kv length above kv_len",
+           [&](A& a) { a.maybe_kv_lens = above; },
+           {"kv_lens: entry 1", "got 11"}},
+          {"n_sink -1", [](A& a) { a.stats.n_sink = -1; }, {"stats.n_sink", "got -1"}},
+          // sizes whose element count or span does not fit 64-bit offsets
+          {"2^62 keys",
+           [](A& a) { a.k.extents[1] = std::int64_t{1} << 62; },
+           {"k: dim 1", "64-bit"}},
+          {"a stride of half the int64 range",
+           [](A& a) { a.v.strides[0] = std::numeric_limits<std::int64_t>::max() / 2; },
+           {"v: dim 0", "64-bit"}},
+      });
+  SECTION("a phase beyond num_phases()") {
     const ga::SdpaArgs<float> a = p.args();
     std::vector<std::byte> ws(ga::workspace_size(a, 2));
     REQUIRE(ga::num_phases(a, 2) == 1);
@@ -404,61 +408,66 @@ void expect_gate_rejected(GateBuffers& b, const ga::OutputGateArgs<float>& args,
 TEST_CASE("bad input: output gate", "[bad_input][output_gate]") {
   GateBuffers b;
   REQUIRE(ga::can_implement(b.args()).is_ok());
-  const char* names[] = {"attn", "gate", "out"};
-  for (int t = 0; t < 3; ++t) {
-    for (int d = 0; d < 5; ++d) {
-      INFO(names[t] << " " << dim(d));
-      auto views = [&](ga::OutputGateArgs<float>& a) {
-        return t == 0   ? std::make_pair(a.attn.extents.data(), a.attn.strides.data())
-               : t == 1 ? std::make_pair(a.gate.values.extents.data(), a.gate.values.strides.data())
-                        : std::make_pair(a.out.extents.data(), a.out.strides.data());
-      };
-      ga::OutputGateArgs<float> a = b.args();
-      views(a).first[d] = -1;
-      expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "negative extent"});
-      a = b.args();
-      views(a).second[d] = -1;
-      expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "negative stride"});
-      if (t > 0) {  // gate and out must match attn
+  SECTION("negative extents and strides, and shapes that disagree with attn, in every dim") {
+    const char* names[] = {"attn", "gate", "out"};
+    for (int t = 0; t < 3; ++t) {
+      for (int d = 0; d < 5; ++d) {
+        INFO(names[t] << " " << dim(d));
+        auto views = [&](ga::OutputGateArgs<float>& a) {
+          return t == 0 ? std::make_pair(a.attn.extents.data(), a.attn.strides.data())
+                 : t == 1
+                     ? std::make_pair(a.gate.values.extents.data(), a.gate.values.strides.data())
+                     : std::make_pair(a.out.extents.data(), a.out.strides.data());
+        };
+        ga::OutputGateArgs<float> a = b.args();
+        views(a).first[d] = -1;
+        expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "negative extent"});
         a = b.args();
-        views(a).first[d] += 1;
-        expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "expected"});
+        views(a).second[d] = -1;
+        expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "negative stride"});
+        if (t > 0) {  // gate and out must match attn
+          a = b.args();
+          views(a).first[d] += 1;
+          expect_gate_rejected(b, a, {std::string(names[t]) + ": " + dim(d), "expected"});
+        }
       }
     }
   }
-  ga::OutputGateArgs<float> a = b.args();
-  a.attn.strides[4] = 2;
-  expect_gate_rejected(b, a, {"attn: dim 4", "innermost stride"});
-  a = b.args();
-  a.gate.values.strides[4] = 3;
-  expect_gate_rejected(b, a, {"gate: dim 4", "1 or 0"});
-  a = b.args();
-  a.attn.data = nullptr;
-  expect_gate_rejected(b, a, {"attn: null data pointer"});
-  a = b.args();
-  a.gate.values.data = nullptr;
-  expect_gate_rejected(b, a, {"gate: null data pointer"});
-  a = b.args();
-  a.out.data = nullptr;
-  expect_gate_rejected(b, a, {"out: null data pointer"});
-  a = b.args();
-  a.out.data = b.gate.data() + 3;
-  expect_gate_rejected(b, a, {"out: overlaps gate"});
-  a = b.args();
-  a.out.data = b.attn.data() + 8;  // attn shifted by a row: not in place
-  expect_gate_rejected(b, a, {"out: overlaps attn"});
-  a = b.args();
-  a.out.strides[2] = 0;
-  expect_gate_rejected(b, a, {"out: dim 2", "more than once"});
-
-  // In place is allowed: out is attn itself.
-  a = b.args();
-  a.out = ga::TensorView<float, 5>::contiguous(b.attn.data(), {1, 2, 2, 2, 8});
-  REQUIRE(ga::run(a, ga::Workspace(nullptr, 0)).is_ok());
-  for (std::size_t i = 0; i < 64; ++i) {
-    CHECK(b.attn[i] == Approx(1.0 / (1.0 + std::exp(-0.5))).epsilon(1e-6));
+  using A = ga::OutputGateArgs<float>;
+  const std::vector<BadArgs<A>> rows = {
+      {"attn innermost stride 2",
+       [](A& a) { a.attn.strides[4] = 2; },
+       {"attn: dim 4", "innermost stride"}},
+      {"gate innermost stride 3",
+       [](A& a) { a.gate.values.strides[4] = 3; },
+       {"gate: dim 4", "1 or 0"}},
+      {"null attn", [](A& a) { a.attn.data = nullptr; }, {"attn: null data pointer"}},
+      {"null gate", [](A& a) { a.gate.values.data = nullptr; }, {"gate: null data pointer"}},
+      {"null out", [](A& a) { a.out.data = nullptr; }, {"out: null data pointer"}},
+      {"out inside the gate",
+       [&](A& a) { a.out.data = b.gate.data() + 3; },
+       {"out: overlaps gate"}},
+      {"out on attn shifted by a row (not in place)",
+       [&](A& a) { a.out.data = b.attn.data() + 8; },
+       {"out: overlaps attn"}},
+      {"out heads on one another",
+       [](A& a) { a.out.strides[2] = 0; },
+       {"out: dim 2", "more than once"}},
+  };
+  for_each_row(
+      rows, [&] { return b.args(); },
+      [&](const A& a, const std::vector<std::string>& parts) {
+        expect_gate_rejected(b, a, parts);
+      });
+  SECTION("in place is allowed: out is attn itself") {
+    A a = b.args();
+    a.out = ga::TensorView<float, 5>::contiguous(b.attn.data(), {1, 2, 2, 2, 8});
+    REQUIRE(ga::run(a, ga::Workspace(nullptr, 0)).is_ok());
+    for (std::size_t i = 0; i < 64; ++i) {
+      CHECK(b.attn[i] == Approx(1.0 / (1.0 + std::exp(-0.5))).epsilon(1e-6));
+    }
+    CHECK(b.attn[64] == 1.0f);  // past the view
   }
-  CHECK(b.attn[64] == 1.0f);  // past the view
 }
 
 TEST_CASE("bad input: rms_norm, rope and linear arguments", "[bad_input][ops]") {
@@ -467,99 +476,80 @@ TEST_CASE("bad input: rms_norm, rope and linear arguments", "[bad_input][ops]") 
   auto view2 = [](float* p, std::int64_t rows, std::int64_t cols) {
     return ga::TensorView<float, 2>::contiguous(p, {rows, cols});
   };
+  // validate() names what is wrong.
+  const auto expect_named = [](const auto& a, const std::vector<std::string>& parts) {
+    const std::string message = ga::validate(a).message();
+    INFO("message: " << message);
+    for (const std::string& part : parts) CHECK(contains(message, part));
+  };
   SECTION("rms_norm") {
-    ga::RmsNormArgs<float, 2> a;
-    a.x = view2(x.data(), 8, 8);
-    a.out = view2(y.data(), 8, 8);
-    a.maybe_weight = w.data();
-    REQUIRE(ga::validate(a).is_ok());
-    auto b = a;
-    b.out.extents[1] = 7;
-    CHECK(contains(ga::validate(b).message(), "out: dim 1"));
-    b = a;
-    b.x.strides[1] = 2;
-    CHECK(contains(ga::validate(b).message(), "x: dim 1"));
-    b = a;
-    b.x.extents[0] = -2;
-    CHECK(contains(ga::validate(b).message(), "x: dim 0"));
-    b = a;
-    b.out.data = nullptr;
-    CHECK(contains(ga::validate(b).message(), "out: null"));
-    b = a;
-    b.out = view2(x.data() + 1, 8, 8);
-    CHECK(contains(ga::validate(b).message(), "out: overlaps x"));
-    b = a;
-    b.maybe_weight = y.data() + 5;
-    CHECK(contains(ga::validate(b).message(), "out: overlaps weight"));
-    b = a;
-    b.out.strides[0] = 0;
-    CHECK(contains(ga::validate(b).message(), "out: dim 0"));
-    b = a;
-    b.eps = -1.0f;
-    CHECK(contains(ga::validate(b).message(), "eps:"));
-    b = a;
-    b.out = view2(x.data(), 8, 8);  // in place
-    CHECK(ga::validate(b).is_ok());
+    using A = ga::RmsNormArgs<float, 2>;
+    A valid;
+    valid.x = view2(x.data(), 8, 8);
+    valid.out = view2(y.data(), 8, 8);
+    valid.maybe_weight = w.data();
+    REQUIRE(ga::validate(valid).is_ok());
+    const std::vector<BadArgs<A>> rows = {
+        {"out narrower than x", [](A& a) { a.out.extents[1] = 7; }, {"out: dim 1"}},
+        {"x innermost stride 2", [](A& a) { a.x.strides[1] = 2; }, {"x: dim 1"}},
+        {"x negative rows", [](A& a) { a.x.extents[0] = -2; }, {"x: dim 0"}},
+        {"null out", [](A& a) { a.out.data = nullptr; }, {"out: null"}},
+        {"out on x shifted", [&](A& a) { a.out = view2(x.data() + 1, 8, 8); }, {"out: overlaps x"}},
+        {"weight inside out",
+         [&](A& a) { a.maybe_weight = y.data() + 5; },
+         {"out: overlaps weight"}},
+        {"out rows on one another", [](A& a) { a.out.strides[0] = 0; }, {"out: dim 0"}},
+        {"negative eps", [](A& a) { a.eps = -1.0f; }, {"eps:"}},
+    };
+    for_each_row(
+        rows, [&] { return valid; }, expect_named);
+    SECTION("in place is allowed") {
+      A a = valid;
+      a.out = view2(x.data(), 8, 8);
+      CHECK(ga::validate(a).is_ok());
+    }
   }
   SECTION("rope") {
-    ga::RopeArgs<float, 3> a;
-    a.x = ga::TensorView<const float, 3>::contiguous(x.data(), {2, 2, 16});
-    a.out = ga::TensorView<float, 3>::contiguous(y.data(), {2, 2, 16});
-    a.positions = ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {2, 2});
-    a.rotary_dim = 8;
-    REQUIRE(ga::validate(a).is_ok());
-    auto b = a;
-    b.positions.extents[1] = 3;
-    CHECK(contains(ga::validate(b).message(), "positions: dim 1"));
-    b = a;
-    b.out.extents[2] = 8;
-    CHECK(contains(ga::validate(b).message(), "out: dim 2"));
-    b = a;
-    b.rotary_dim = 7;
-    CHECK(contains(ga::validate(b).message(), "rotary_dim"));
-    b = a;
-    b.rotary_dim = 18;
-    CHECK(contains(ga::validate(b).message(), "rotary_dim"));
-    b = a;
-    b.x.strides[2] = 0;
-    CHECK(contains(ga::validate(b).message(), "x: dim 2"));
-    b = a;
-    b.out.data = reinterpret_cast<float*>(positions.data());
-    CHECK(contains(ga::validate(b).message(), "out: overlaps positions"));
-    b = a;
-    b.theta = 0.0;
-    CHECK(contains(ga::validate(b).message(), "theta"));
+    using A = ga::RopeArgs<float, 3>;
+    A valid;
+    valid.x = ga::TensorView<const float, 3>::contiguous(x.data(), {2, 2, 16});
+    valid.out = ga::TensorView<float, 3>::contiguous(y.data(), {2, 2, 16});
+    valid.positions = ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {2, 2});
+    valid.rotary_dim = 8;
+    REQUIRE(ga::validate(valid).is_ok());
+    const std::vector<BadArgs<A>> rows = {
+        {"positions longer than x", [](A& a) { a.positions.extents[1] = 3; }, {"positions: dim 1"}},
+        {"out narrower than x", [](A& a) { a.out.extents[2] = 8; }, {"out: dim 2"}},
+        {"odd rotary_dim", [](A& a) { a.rotary_dim = 7; }, {"rotary_dim"}},
+        {"rotary_dim above the head dim", [](A& a) { a.rotary_dim = 18; }, {"rotary_dim"}},
+        {"x innermost stride 0", [](A& a) { a.x.strides[2] = 0; }, {"x: dim 2"}},
+        {"out on positions",
+         [&](A& a) { a.out.data = reinterpret_cast<float*>(positions.data()); },
+         {"out: overlaps positions"}},
+        {"theta 0", [](A& a) { a.theta = 0.0; }, {"theta"}},
+    };
+    for_each_row(
+        rows, [&] { return valid; }, expect_named);
   }
   SECTION("linear") {
-    ga::LinearArgs<float> a;
-    a.x = view2(x.data(), 4, 8);
-    a.weight = view2(x.data() + 32, 4, 8);
-    a.maybe_bias = w.data();
-    a.y = view2(y.data(), 4, 4);
-    REQUIRE(ga::validate(a).is_ok());
-    auto b = a;
-    b.weight.extents[1] = 7;
-    CHECK(contains(ga::validate(b).message(), "weight: dim 1"));
-    b = a;
-    b.y.extents[1] = 5;
-    CHECK(contains(ga::validate(b).message(), "y: dim 1"));
-    b = a;
-    b.y.extents[0] = 3;
-    CHECK(contains(ga::validate(b).message(), "y: dim 0"));
-    b = a;
-    b.weight.strides[1] = 2;
-    CHECK(contains(ga::validate(b).message(), "weight: dim 1"));
-    b = a;
-    b.x.data = nullptr;
-    CHECK(contains(ga::validate(b).message(), "x: null"));
-    b = a;
-    b.y = view2(x.data() + 2, 4, 4);
-    CHECK(contains(ga::validate(b).message(), "y: overlaps x"));
-    b = a;
-    b.maybe_bias = y.data() + 2;
-    CHECK(contains(ga::validate(b).message(), "y: overlaps bias"));
-    b = a;
-    b.y.strides[0] = 2;  // rows of 4 outputs, 2 apart
-    CHECK(contains(ga::validate(b).message(), "y: dim 0"));
+    using A = ga::LinearArgs<float>;
+    A valid;
+    valid.x = view2(x.data(), 4, 8);
+    valid.weight = view2(x.data() + 32, 4, 8);
+    valid.maybe_bias = w.data();
+    valid.y = view2(y.data(), 4, 4);
+    REQUIRE(ga::validate(valid).is_ok());
+    const std::vector<BadArgs<A>> rows = {
+        {"weight narrower than x", [](A& a) { a.weight.extents[1] = 7; }, {"weight: dim 1"}},
+        {"y wider than the weight's rows", [](A& a) { a.y.extents[1] = 5; }, {"y: dim 1"}},
+        {"y with fewer rows than x", [](A& a) { a.y.extents[0] = 3; }, {"y: dim 0"}},
+        {"weight innermost stride 2", [](A& a) { a.weight.strides[1] = 2; }, {"weight: dim 1"}},
+        {"null x", [](A& a) { a.x.data = nullptr; }, {"x: null"}},
+        {"y inside x", [&](A& a) { a.y = view2(x.data() + 2, 4, 4); }, {"y: overlaps x"}},
+        {"bias inside y", [&](A& a) { a.maybe_bias = y.data() + 2; }, {"y: overlaps bias"}},
+        {"y rows of 4 outputs, 2 apart", [](A& a) { a.y.strides[0] = 2; }, {"y: dim 0"}},
+    };
+    for_each_row(
+        rows, [&] { return valid; }, expect_named);
   }
 }

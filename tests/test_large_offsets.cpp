@@ -3,13 +3,16 @@
 // test touches get memory, a few MB); batch entry 1, or KV head 1, sits 2^31 + 4096 elements past
 // entry 0. The inputs interleave in the first 8 GiB; out and lse, which must not overlap them or
 // each other, span the next two 8 GiB. An offset computed in 32 bits wraps to another tensor's
-// data or outside the mapping.
+// data or outside the mapping. Where the system refuses the mapping (a limit on address space, a
+// 32-bit or non-Unix host), the test prints GATED_ATTENTION_TEST_SKIPPED and ctest shows it as
+// skipped.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,7 +168,8 @@ void check_far(const FarCase& c, const SparseMapping& map) {
 TEST_CASE("64-bit offsets: views past 2^31 elements on every path", "[sdpa][large_offsets]") {
   SparseMapping map(kMappedBytes);
   if (map.data() == nullptr) {
-    WARN("mmap of 26 GiB with MAP_NORESERVE failed here: the 64-bit offset test did not run");
+    // ctest shows the test as skipped on this line (tests/CMakeLists.txt).
+    std::printf("GATED_ATTENTION_TEST_SKIPPED: mmap of 26 GiB with MAP_NORESERVE failed here\n");
     return;
   }
   const FarCase cases[] = {

@@ -96,10 +96,10 @@ class GatedMultiHeadAttention {
   Status forward(const BlockForwardArgs<T>& args, Workspace workspace,
                  const Executor& executor = {}) const {
     GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+    Workers workers;
+    workers.executor = &executor;
     for (int phase = 0; phase < kNumPhases; ++phase) {
-      GATED_ATTENTION_RETURN_IF_ERROR(run_checked_phase(
-          args, workspace, phase, executor.num_workers, -1,
-          [&](std::int64_t tasks, auto&& task) { parallel_for(executor, tasks, task); }));
+      GATED_ATTENTION_RETURN_IF_ERROR(run_checked_phase(args, workspace, phase, workers));
     }
     return Status::ok();
   }
@@ -118,14 +118,33 @@ class GatedMultiHeadAttention {
     }
     // Other workers may be in kCommit, writing the lengths that can_implement reads.
     if (phase != kCommit) GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-    return run_checked_phase(args, workspace, phase, nth, ith,
-                             [&](std::int64_t tasks, auto&& task) {
-                               const TaskRange r = worker_share(tasks, ith, nth);
-                               for (std::int64_t i = r.begin; i < r.end; ++i) task(i, ith);
-                             });
+    Workers workers;
+    workers.ith = ith;
+    workers.nth = nth;
+    return run_checked_phase(args, workspace, phase, workers);
   }
 
  private:
+  // Who runs a phase's tasks: forward()'s executor runs them all, or (run_phase()) worker ith of
+  // nth runs its share on the calling thread.
+  struct Workers {
+    const Executor* executor = nullptr;
+    int ith = 0, nth = 1;
+
+    int count() const { return executor != nullptr ? executor->num_workers : nth; }
+
+    // Calls task(i, worker) for the tasks i in [0, n) these workers own.
+    template <class Task>
+    void for_tasks(std::int64_t n, Task&& task) const {
+      if (executor != nullptr) {
+        parallel_for(*executor, n, task);
+        return;
+      }
+      const TaskRange r = worker_share(n, ith, nth);
+      for (std::int64_t i = r.begin; i < r.end; ++i) task(i, ith);
+    }
+  };
+
   // Scratch carved from the workspace, in this order, identically on every worker.
   struct Buffers {
     T* q_proj_out = nullptr;          // [rows, q_proj_rows] q (and the gate, unless separate)
@@ -134,7 +153,7 @@ class GatedMultiHeadAttention {
     T* v_proj_out = nullptr;          // [rows, kv_width]
     T* attn = nullptr;                // [rows, q_width] gated attention output
     std::int64_t* kv_lens = nullptr;  // [b] cached + new tokens per sequence
-    std::byte* sdpa = nullptr;        // SDPA scratch, planned for the cache's capacity
+    std::byte* sdpa = nullptr;        // SDPA scratch, sized for the cache's capacity
     std::size_t sdpa_bytes = 0;
     bool complete = false;
   };
@@ -148,31 +167,58 @@ class GatedMultiHeadAttention {
     std::int64_t panel = 0, panels = 0;
   };
 
+  // [b, len, width] rows of a buffer.
+  static TensorView<T, 3> rows_of(const BlockForwardArgs<T>& args, T* data, std::int64_t width) {
+    return TensorView<T, 3>::contiguous(data, {args.x.extents[0], args.x.extents[1], width});
+  }
+
   // The SDPA arguments over the new queries and the cache; kv_len_extent keys of the cache.
   SdpaArgs<T, T> attention_args(const BlockForwardArgs<T>& args, const Buffers& buf,
                                 std::int64_t kv_len_extent) const {
     const BlockConfig& c = config_;
-    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
-    const auto q_rows = TensorView<T, 3>::contiguous(buf.q_proj_out, {batch, len, c.q_proj_rows()});
+    const auto q_rows = rows_of(args, buf.q_proj_out, c.q_proj_rows());
     SdpaArgs<T, T> a;
     a.q = q_view(c, q_rows);
     a.k = args.cache.k;
     a.v = args.cache.v;
-    a.k.extents[0] = a.v.extents[0] = batch;
+    a.k.extents[0] = a.v.extents[0] = args.x.extents[0];
     a.k.extents[1] = a.v.extents[1] = kv_len_extent;
-    a.out = TensorView<T, 5>::contiguous(buf.attn,
-                                         {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
+    a.out = TensorView<T, 5>::contiguous(buf.attn, {args.x.extents[0], args.x.extents[1],
+                                                    c.num_kv_heads, c.group_size(), c.head_dim});
     a.scale = c.scale;
     a.mask = Mask::causal();
     a.maybe_kv_lens = buf.kv_lens;
     if (c.gate_mode != GateMode::none) {
       a.gate.values = gate_view(
-          c, c.has_gate_proj()
-                 ? TensorView<T, 3>::contiguous(buf.gate_proj_out, {batch, len, c.gate_width()})
-                 : q_rows);
+          c, c.has_gate_proj() ? rows_of(args, buf.gate_proj_out, c.gate_width()) : q_rows);
       a.gate.activation = c.gate_activation;
     }
     a.stats = args.stats;
+    return a;
+  }
+
+  // SDPA's workspace depends on the shapes only: the new queries, keys up to the cache's capacity
+  // and the workers. A workspace being sized has no memory for views to point at, so these
+  // arguments hold the shapes at placeholder addresses that nothing reads: q, k, v and the gate
+  // at one address (stride 0 outside a row), out past q's span, as validate() requires.
+  SdpaArgs<T, T> sizing_args(const BlockForwardArgs<T>& args) const {
+    const BlockConfig& c = config_;
+    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1], d = c.head_dim;
+    const std::uintptr_t q_at = kCacheLineBytes;
+    const std::uintptr_t out_at = q_at + static_cast<std::uintptr_t>(batch * len * c.q_width()) *
+                                             static_cast<std::uintptr_t>(sizeof(T));
+    const auto* q = reinterpret_cast<const T*>(q_at);
+    SdpaArgs<T, T> a;
+    a.q = TensorView<const T, 5>::contiguous(q, {batch, len, c.num_kv_heads, c.group_size(), d});
+    a.k = TensorView<const T, 4>(q, {batch, args.cache.k.extents[1], c.num_kv_heads, d},
+                                 {0, 0, 0, 1});
+    a.v = a.k;
+    a.out = TensorView<T, 5>::contiguous(reinterpret_cast<T*>(out_at), a.q.extents);
+    if (c.gate_mode != GateMode::none) {
+      a.gate.values = TensorView<const T, 5>(
+          q, a.q.extents, {0, 0, 0, 0, c.gate_mode == GateMode::headwise ? 0 : 1});
+      a.gate.activation = c.gate_activation;
+    }
     return a;
   }
 
@@ -189,9 +235,7 @@ class GatedMultiHeadAttention {
     b.v_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
     b.attn = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
     b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.x.extents[0]));
-    // Planned from shapes only (the views may still be null here, in counting mode).
-    b.sdpa_bytes = kernels::sdpa_workspace_bytes(
-        kernels::make_sdpa_plan(attention_args(args, b, args.cache.k.extents[1]), num_workers));
+    b.sdpa_bytes = gated_attention::workspace_size(sizing_args(args), num_workers);
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
     b.complete = !ws.is_counting() && !ws.exhausted();
     if (out != nullptr) *out = b;
@@ -203,9 +247,100 @@ class GatedMultiHeadAttention {
     return t.extents[0] <= 1 || t.strides[0] == t.extents[1] * t.strides[1];
   }
 
+  // Validated arguments: carves the workspace and runs `phase` on these workers.
+  Status run_checked_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase,
+                           const Workers& workers) const {
+    if constexpr (!std::is_same_v<T, float>) {
+      (void)args, (void)workspace, (void)phase, (void)workers;
+      return Status::error(StatusCode::not_supported, "block: element type: expected float");
+    } else {
+      Buffers buf;
+      carve(workspace, args, workers.count(), &buf);
+      if (!buf.complete) {
+        return Status::error(StatusCode::workspace_too_small,
+                             "workspace: expected >= %zu bytes for %d worker(s), got %zu",
+                             workspace_size(args, workers.count()), workers.count(),
+                             workspace.capacity());
+      }
+      if (args.x.extents[0] * args.x.extents[1] == 0) return Status::ok();
+      switch (phase) {
+        case kProject:
+          return project_phase(args, buf, workers);
+        case kPrepare:
+          prepare_phase(args, buf, workers);
+          return Status::ok();
+        case kAttention:
+        case kMergeSplits:
+          return attention_phase(args, buf, phase - kAttention, workers);
+        case kOutput:
+          return output_phase(args, buf, workers);
+        default:
+          commit_phase(args, workers);
+          return Status::ok();
+      }
+    }
+  }
+
+  // kProject: q (with the gate unless separate), the separate gate, k and v, from x.
+  Status project_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+                       const Workers& workers) const {
+    const BlockConfig& c = config_;
+    Projection projs[4];
+    int n = 0;
+    auto add = [&](const TensorView<const T, 2>& w, const T* bias, T* out, std::int64_t width) {
+      projs[n].weight = w;
+      projs[n].maybe_bias = bias;
+      projs[n++].out = rows_of(args, out, width);
+    };
+    add(weights_.q_proj, weights_.maybe_q_bias, buf.q_proj_out, c.q_proj_rows());
+    if (c.has_gate_proj()) {
+      add(weights_.maybe_gate_proj, weights_.maybe_gate_bias, buf.gate_proj_out, c.gate_width());
+    }
+    add(weights_.k_proj, weights_.maybe_k_bias, buf.k_proj_out, c.kv_width());
+    add(weights_.v_proj, weights_.maybe_v_bias, buf.v_proj_out, c.kv_width());
+    return run_projections(args.x, projs, n, workers);
+  }
+
+  // kOutput: y = attn W_o^T (+ bias).
+  Status output_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+                      const Workers& workers) const {
+    Projection o_proj;
+    o_proj.weight = weights_.o_proj;
+    o_proj.maybe_bias = weights_.maybe_o_bias;
+    o_proj.out = args.y;
+    return run_projections(rows_of(args, buf.attn, config_.q_width()), &o_proj, 1, workers);
+  }
+
+  // Runs n projections of one input as one task list: panels of output features, all rows at once
+  // (or per sequence when the rows do not collapse).
+  Status run_projections(const TensorView<const T, 3>& input, Projection* projs, int n,
+                         const Workers& workers) const {
+    std::int64_t total_width = 0;
+    for (int i = 0; i < n; ++i) total_width += projs[i].weight.extents[0];
+    const std::int64_t panel = linear_panel_width(total_width, workers.count());
+    std::int64_t panels = 0;
+    for (int i = 0; i < n; ++i) {
+      projs[i].panel = panel;
+      projs[i].panels = (projs[i].weight.extents[0] + panel - 1) / panel;
+      panels += projs[i].panels;
+    }
+    const bool one_group = rows_collapse(input) && rows_collapse(projs[0].out);
+    Status first_error;
+    std::atomic<bool> failed{false};
+    workers.for_tasks((one_group ? 1 : input.extents[0]) * panels, [&](std::int64_t task, int) {
+      std::int64_t p = task % panels;
+      int i = 0;
+      while (p >= projs[i].panels) p -= projs[i++].panels;
+      const Status s = project(input, projs[i], task / panels, one_group, p);
+      if (!s.is_ok() && !failed.exchange(true)) first_error = s;
+    });
+    return first_error;
+  }
+
   // Panel `p` of a projection for row group `group` (all rows when one_group): out = in W^T + b.
-  Status project(const TensorView<const T, 3>& in, const TensorView<T, 3>& out,
-                 const Projection& proj, std::int64_t group, bool one_group, std::int64_t p) const {
+  Status project(const TensorView<const T, 3>& in, const Projection& proj, std::int64_t group,
+                 bool one_group, std::int64_t p) const {
+    const TensorView<T, 3>& out = proj.out;
     const std::int64_t len = in.extents[1];
     const std::int64_t rows = one_group ? in.extents[0] * len : len;
     LinearArgs<T> whole;
@@ -220,6 +355,29 @@ class GatedMultiHeadAttention {
     return fn(gemm_.context, linear_panel(whole, begin, std::min(proj.panel, width - begin)));
   }
 
+  // Tokens per task of the prepare phase.
+  static constexpr std::int64_t kPrepareTokens = 8;
+
+  // kPrepare: norm and RoPE of q and k, k and v into the cache, in chunks of kPrepareTokens
+  // tokens; one more task writes the key lengths the attention reads.
+  void prepare_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+                     const Workers& workers) const {
+    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
+    const std::int64_t tokens = batch * len;
+    const std::int64_t chunks = (tokens + kPrepareTokens - 1) / kPrepareTokens;
+    workers.for_tasks(chunks + 1, [&](std::int64_t task, int) {
+      if (task == chunks) {
+        for (std::int64_t s = 0; s < batch; ++s) buf.kv_lens[s] = args.cache.lengths[s] + len;
+        return;
+      }
+      RopeAngles angles;
+      const std::int64_t end = std::min(tokens, (task + 1) * kPrepareTokens);
+      for (std::int64_t token = task * kPrepareTokens; token < end; ++token) {
+        prepare_token(args, buf, token, angles);
+      }
+    });
+  }
+
   // Norm, RoPE and cache append of token `token` (b * len + t).
   void prepare_token(const BlockForwardArgs<T>& args, const Buffers& buf, std::int64_t token,
                      RopeAngles& angles) const {
@@ -230,8 +388,7 @@ class GatedMultiHeadAttention {
                                                                   : RmsNormWeight::standard;
     const bool rope = c.rotary_dim > 0;
     if (rope) angles.compute(args.positions(b, t), c.rope_theta, c.rotary_dim);
-    const auto q = q_view(
-        c, TensorView<T, 3>::contiguous(buf.q_proj_out, {args.x.extents[0], len, c.q_proj_rows()}));
+    const auto q = q_view(c, rows_of(args, buf.q_proj_out, c.q_proj_rows()));
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       for (std::int64_t j = 0; j < c.group_size(); ++j) {
         T* row = &q(b, t, h, j, 0);
@@ -257,120 +414,30 @@ class GatedMultiHeadAttention {
     }
   }
 
-  // Tokens per task of the prepare phase.
-  static constexpr std::int64_t kPrepareTokens = 8;
-
-  // Validated arguments: carves the workspace and runs `phase` through for_tasks(n, task), which
-  // calls task(i, worker) for the tasks [0, n) this worker owns. carving_worker: the worker ith
-  // when every worker carves the shared workspace at once (run_phase), else -1.
-  template <class ForTasks>
-  Status run_checked_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase,
-                           int num_workers, int carving_worker, ForTasks&& for_tasks) const {
-    if constexpr (std::is_same_v<T, float>) {
-      const BlockConfig& c = config_;
-      Buffers buf;
-      carve(workspace, args, num_workers, &buf);
-      if (!buf.complete) {
-        return Status::error(StatusCode::workspace_too_small,
-                             "workspace: expected >= %zu bytes for %d worker(s), got %zu",
-                             workspace_size(args, num_workers), num_workers, workspace.capacity());
-      }
-      const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
-      const std::int64_t tokens = batch * len;
-      if (tokens == 0) return Status::ok();
-      Status first_error;
-      std::atomic<bool> failed{false};
-      auto record = [&](const Status& s) {
-        if (!s.is_ok() && !failed.exchange(true)) first_error = s;
-      };
-
-      if (phase == kProject || phase == kOutput) {
-        Projection projs[4];
-        int n = 0;
-        auto add = [&](const TensorView<const T, 2>& w, const T* bias,
-                       const TensorView<T, 3>& out) {
-          projs[n].weight = w;
-          projs[n].maybe_bias = bias;
-          projs[n++].out = out;
-        };
-        auto rows_of = [&](T* data, std::int64_t width) {
-          return TensorView<T, 3>::contiguous(data, {batch, len, width});
-        };
-        if (phase == kProject) {
-          add(weights_.q_proj, weights_.maybe_q_bias, rows_of(buf.q_proj_out, c.q_proj_rows()));
-          if (c.has_gate_proj()) {
-            add(weights_.maybe_gate_proj, weights_.maybe_gate_bias,
-                rows_of(buf.gate_proj_out, c.gate_width()));
-          }
-          add(weights_.k_proj, weights_.maybe_k_bias, rows_of(buf.k_proj_out, c.kv_width()));
-          add(weights_.v_proj, weights_.maybe_v_bias, rows_of(buf.v_proj_out, c.kv_width()));
-        } else {
-          add(weights_.o_proj, weights_.maybe_o_bias, args.y);
-        }
-        std::int64_t total_width = 0;
-        for (int i = 0; i < n; ++i) total_width += projs[i].weight.extents[0];
-        const std::int64_t panel = linear_panel_width(total_width, num_workers);
-        std::int64_t panels = 0;
-        for (int i = 0; i < n; ++i) {
-          projs[i].panel = panel;
-          projs[i].panels = (projs[i].weight.extents[0] + panel - 1) / panel;
-          panels += projs[i].panels;
-        }
-        const TensorView<const T, 3> input =
-            phase == kProject ? args.x : rows_of(buf.attn, c.q_width());
-        const bool one_group = rows_collapse(input) && rows_collapse(projs[0].out);
-        for_tasks((one_group ? 1 : batch) * panels, [&](std::int64_t task, int) {
-          std::int64_t p = task % panels;
-          int i = 0;
-          while (p >= projs[i].panels) p -= projs[i++].panels;
-          record(project(input, projs[i].out, projs[i], task / panels, one_group, p));
-        });
-        return first_error;
-      }
-
-      if (phase == kCommit) {
-        for_tasks(1, [&](std::int64_t, int) {
-          for (std::int64_t s = 0; s < batch; ++s) args.cache.lengths[s] += len;
-        });
-        return Status::ok();
-      }
-
-      if (phase == kPrepare) {
-        const std::int64_t chunks = (tokens + kPrepareTokens - 1) / kPrepareTokens;
-        for_tasks(chunks + 1, [&](std::int64_t task, int) {
-          if (task == chunks) {
-            for (std::int64_t s = 0; s < batch; ++s) buf.kv_lens[s] = args.cache.lengths[s] + len;
-            return;
-          }
-          RopeAngles angles;
-          const std::int64_t end = std::min(tokens, (task + 1) * kPrepareTokens);
-          for (std::int64_t token = task * kPrepareTokens; token < end; ++token) {
-            prepare_token(args, buf, token, angles);
-          }
-        });
-        return Status::ok();
-      }
-
-      // Attention over the longest sequence's keys (planned splits follow the real lengths).
-      std::int64_t kv_len = 0;
-      for (std::int64_t s = 0; s < batch; ++s) kv_len = std::max(kv_len, args.cache.lengths[s]);
-      const SdpaArgs<T, T> sdpa_args = attention_args(args, buf, kv_len + len);
-      const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
-      const int sdpa_phase = phase - kAttention;
-      if (sdpa_phase >= gated_attention::num_phases(sdpa_args, num_workers)) return Status::ok();
-      return detail::with_sdpa_context(
-          sdpa_args, sdpa_ws, num_workers,
-          [&](auto& ctx, const auto& plan, const auto& fns) {
-            const TaskFn fn = sdpa_phase == 0 ? fns.task : fns.merge;
-            for_tasks(sdpa_phase == 0 ? plan.tasks : plan.units,
-                      [&](std::int64_t task, int worker) { fn(&ctx, task, worker); });
-          },
-          carving_worker);
-    } else {
-      (void)args, (void)workspace, (void)phase, (void)num_workers, (void)carving_worker,
-          (void)for_tasks;
-      return Status::error(StatusCode::not_supported, "block: element type: expected float");
+  // kAttention and kMergeSplits: SDPA phase 0 and 1 over the longest sequence's keys (the kernels
+  // follow each sequence's own length). forward() runs the whole op at phase 0.
+  Status attention_phase(const BlockForwardArgs<T>& args, const Buffers& buf, int sdpa_phase,
+                         const Workers& workers) const {
+    std::int64_t kv_len = 0;
+    for (std::int64_t s = 0; s < args.x.extents[0]; ++s) {
+      kv_len = std::max(kv_len, args.cache.lengths[s]);
     }
+    const SdpaArgs<T, T> sdpa_args = attention_args(args, buf, kv_len + args.x.extents[1]);
+    const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
+    if (workers.executor != nullptr) {
+      return sdpa_phase == 0 ? gated_attention::run(sdpa_args, sdpa_ws, *workers.executor)
+                             : Status::ok();
+    }
+    if (sdpa_phase >= gated_attention::num_phases(sdpa_args, workers.nth)) return Status::ok();
+    return gated_attention::run_phase(sdpa_args, sdpa_ws, sdpa_phase, workers.ith, workers.nth);
+  }
+
+  // kCommit: the cache lengths advance by len.
+  void commit_phase(const BlockForwardArgs<T>& args, const Workers& workers) const {
+    workers.for_tasks(1, [&](std::int64_t, int) {
+      for (std::int64_t s = 0; s < args.x.extents[0]; ++s)
+        args.cache.lengths[s] += args.x.extents[1];
+    });
   }
 
   BlockConfig config_;
