@@ -433,6 +433,30 @@ TEST_CASE("sdpa: run_phase from std::threads equals run()", "[sdpa][run_phase][t
   }
 }
 
+TEST_CASE("sdpa: workspace size and phases from the shape alone equal those from the arguments",
+          "[sdpa][workspace]") {
+  for (int workers : {1, 2, 3}) {
+    for (const Case& c : {Case::make("decode", 2, 1, 3000, 8, 2, 128, 128),
+                          Case::make("prefill", 1, 300, 300, 4, 2, 64, 64),
+                          Case::make("odd dv", 1, 5, 40, 6, 3, 80, 48)}) {
+      Problem p(c);
+      const ga::SdpaArgs<float> args = p.args();
+      const ga::SdpaShape shape = ga::SdpaShape::of(args);
+      INFO(c.name << ", workers " << workers);
+      CHECK(ga::workspace_size(shape, workers) == ga::workspace_size(args, workers));
+      CHECK(ga::num_phases(shape, workers) == ga::num_phases(args, workers));
+    }
+  }
+  ga::SdpaShape bad{1, 1, 16, 2, 1, 64, 64};
+  CHECK(ga::workspace_size(bad, 1) > 0);
+  bad.group = 0;
+  CHECK(ga::workspace_size(bad, 1) == 0);
+  CHECK(std::string(ga::validate(bad).message()).find("group") != std::string::npos);
+  bad = {1, 1, 16, 2, 1, 64, ga::kMaxHeadDim + 1};
+  CHECK(ga::workspace_size(bad, 1) == 0);
+  CHECK(ga::num_phases(bad, 2) == 1);
+}
+
 TEST_CASE("sdpa: workspace size is enforced and reported", "[sdpa][workspace]") {
   for (int workers : {1, 2, 3}) {
     Problem p(Case::make("workspace", 1, 1, 1100, 8, 1, 64, 64).with_lse());
@@ -623,7 +647,7 @@ TEST_CASE("sdpa: set_isa_limit selects the path sdpa_path reports", "[sdpa][isa]
 }
 
 TEST_CASE("sdpa: exp2 polynomial error and denormal cut-off on every path", "[sdpa][exp2]") {
-  // Documented in kernels/generic/sdpa.inl: relative error <= 2e-7 for x in [-126, 126], exactly 0
+  // Documented in kernels/generic/math.inl: relative error <= 2e-7 for x in [-126, 126], exactly 0
   // below -126 (never a denormal), saturation at 2^126 above.
   std::vector<float> x;
   for (double v = -140.0; v <= 140.0; v += 0.0173) x.push_back(static_cast<float>(v));

@@ -197,29 +197,12 @@ class GatedMultiHeadAttention {
     return a;
   }
 
-  // SDPA's workspace depends on the shapes only: the new queries, keys up to the cache's capacity
-  // and the workers. A workspace being sized has no memory for views to point at, so these
-  // arguments hold the shapes at placeholder addresses that nothing reads: q, k, v and the gate
-  // at one address (stride 0 outside a row), out past q's span, as validate() requires.
-  SdpaArgs<T, T> sizing_args(const BlockForwardArgs<T>& args) const {
+  // The attention's sizes for a forward call: its workspace depends on nothing else.
+  SdpaShape attention_shape(const BlockForwardArgs<T>& args) const {
     const BlockConfig& c = config_;
-    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1], d = c.head_dim;
-    const std::uintptr_t q_at = kCacheLineBytes;
-    const std::uintptr_t out_at = q_at + static_cast<std::uintptr_t>(batch * len * c.q_width()) *
-                                             static_cast<std::uintptr_t>(sizeof(T));
-    const auto* q = reinterpret_cast<const T*>(q_at);
-    SdpaArgs<T, T> a;
-    a.q = TensorView<const T, 5>::contiguous(q, {batch, len, c.num_kv_heads, c.group_size(), d});
-    a.k = TensorView<const T, 4>(q, {batch, args.cache.k.extents[1], c.num_kv_heads, d},
-                                 {0, 0, 0, 1});
-    a.v = a.k;
-    a.out = TensorView<T, 5>::contiguous(reinterpret_cast<T*>(out_at), a.q.extents);
-    if (c.gate_mode != GateMode::none) {
-      a.gate.values = TensorView<const T, 5>(
-          q, a.q.extents, {0, 0, 0, 0, c.gate_mode == GateMode::headwise ? 0 : 1});
-      a.gate.activation = c.gate_activation;
-    }
-    return a;
+    return {args.x.extents[0], args.x.extents[1], args.cache.k.extents[1],
+            c.num_kv_heads,    c.group_size(),    c.head_dim,
+            c.head_dim};
   }
 
   void carve(Workspace& ws, const BlockForwardArgs<T>& args, int num_workers,
@@ -235,7 +218,7 @@ class GatedMultiHeadAttention {
     b.v_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
     b.attn = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
     b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.x.extents[0]));
-    b.sdpa_bytes = gated_attention::workspace_size(sizing_args(args), num_workers);
+    b.sdpa_bytes = gated_attention::workspace_size(attention_shape(args), num_workers);
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
     b.complete = !ws.is_counting() && !ws.exhausted();
     if (out != nullptr) *out = b;

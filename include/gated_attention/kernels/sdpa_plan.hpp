@@ -56,16 +56,15 @@ struct SdpaPlan {
   int num_phases() const { return splits > 1 ? 2 : 1; }
 };
 
-template <class T, class KvT>
-SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
+inline SdpaPlan make_sdpa_plan(const SdpaShape& shape, int num_workers) {
   SdpaPlan p;
-  p.batch = args.q.extents[0];
-  p.q_len = args.q.extents[1];
-  p.kv_heads = args.q.extents[2];
-  p.group = args.q.extents[3];
-  p.dk = args.q.extents[4];
-  p.kv_len = args.k.extents[1];
-  p.dv = args.v.extents[3];
+  p.batch = shape.batch;
+  p.q_len = shape.q_len;
+  p.kv_heads = shape.kv_heads;
+  p.group = shape.group;
+  p.dk = shape.dk;
+  p.kv_len = shape.kv_len;
+  p.dv = shape.dv;
   p.num_workers = std::max(1, num_workers);
   p.q_block = std::max<std::int64_t>(1, std::min(p.q_len, kTargetRows / p.group));
   p.rows = p.q_block * p.group;
@@ -85,6 +84,11 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
   }
   p.tasks = p.units * p.splits;
   return p;
+}
+
+template <class T, class KvT>
+SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
+  return make_sdpa_plan(SdpaShape::of(args), num_workers);
 }
 
 // Scratch of one worker, and the partial results of split units.

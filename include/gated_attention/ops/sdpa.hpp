@@ -48,12 +48,23 @@ std::size_t workspace_size(const SdpaArgs<T, KvT>& args, const Executor& executo
   return workspace_size(args, executor.num_workers);
 }
 
+// The same from the call's sizes alone, before its buffers exist; 0 for sizes validate() rejects.
+inline std::size_t workspace_size(const SdpaShape& shape, int num_workers) {
+  if (!validate(shape).is_ok()) return 0;
+  return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(shape, num_workers));
+}
+
 // Phases of a run_phase() call sequence; 1 for arguments can_implement() rejects (run_phase()
 // then reports why).
 template <class T, class KvT>
 int num_phases(const SdpaArgs<T, KvT>& args, int num_workers) {
   if (!validate(args).is_ok()) return 1;
   return kernels::make_sdpa_plan(args, num_workers).num_phases();
+}
+
+inline int num_phases(const SdpaShape& shape, int num_workers) {
+  if (!validate(shape).is_ok()) return 1;
+  return kernels::make_sdpa_plan(shape, num_workers).num_phases();
 }
 
 // The path the next call takes.

@@ -82,6 +82,41 @@ struct SdpaArgs {
   }
 };
 
+// The sizes of an SDPA call: all that its plan, workspace size and phase count depend on, so an
+// engine (or the block) can size a workspace before its buffers exist.
+struct SdpaShape {
+  std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
+
+  template <class T, class KvT>
+  static SdpaShape of(const SdpaArgs<T, KvT>& args) {
+    const auto& q = args.q.extents;
+    return {q[0], q[1], args.k.extents[1], q[2], q[3], q[4], args.v.extents[3]};
+  }
+};
+
+// Sizes that can_implement() could accept: none negative, kv_heads and group >= 1, head dims
+// 1..kMaxHeadDim.
+inline Status validate(const SdpaShape& s) {
+  if (s.batch < 0 || s.q_len < 0 || s.kv_len < 0) {
+    return Status::error(StatusCode::invalid_argument,
+                         "shape: expected batch, q_len, kv_len >= 0, got %lld, %lld, %lld",
+                         static_cast<long long>(s.batch), static_cast<long long>(s.q_len),
+                         static_cast<long long>(s.kv_len));
+  }
+  if (s.kv_heads < 1 || s.group < 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "shape: expected kv_heads, group >= 1, got %lld, %lld",
+                         static_cast<long long>(s.kv_heads), static_cast<long long>(s.group));
+  }
+  if (s.dk < 1 || s.dk > kMaxHeadDim || s.dv < 1 || s.dv > kMaxHeadDim) {
+    return Status::error(StatusCode::invalid_argument,
+                         "shape: expected dk, dv in 1..%lld, got %lld, %lld",
+                         static_cast<long long>(kMaxHeadDim), static_cast<long long>(s.dk),
+                         static_cast<long long>(s.dv));
+  }
+  return Status::ok();
+}
+
 namespace detail {
 
 constexpr std::array<const char*, 4> kSdpaRowDims = {"batch", "q length", "kv heads", "group"};
