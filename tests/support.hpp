@@ -3,8 +3,10 @@
 
 #include <gated_attention/gated_attention.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,6 +61,16 @@ struct Tensor {
     return TensorView<const T, Rank>::contiguous(data.data(), extents);
   }
 };
+
+// worst = max(worst, ratio), a NaN ratio making it infinite rather than being ignored.
+inline void track(double& worst, double ratio) {
+  worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : std::max(worst, ratio);
+}
+
+// Whether a Status's message contains `what`.
+inline bool contains(const Status& s, const char* what) {
+  return std::string(s.message()).find(what) != std::string::npos;
+}
 
 // Every ISA path this host (and build) can run.
 inline std::vector<Isa> available_isas() {

@@ -17,16 +17,13 @@
 
 namespace ga = gated_attention;
 namespace ref = gated_attention::reference;
+using ga::testing::contains;
 using ga::testing::for_each_index;
 using ga::testing::make_rng;
 using ga::testing::max_tolerance_ratio;
 using ga::testing::Tensor;
 
 namespace {
-
-bool contains(const ga::Status& s, const char* what) {
-  return std::string(s.message()).find(what) != std::string::npos;
-}
 
 ga::LinearArgs<float> linear_args(const ga::TensorView<const float, 2>& x,
                                   const ga::TensorView<const float, 2>& w, const float* bias,

@@ -17,10 +17,12 @@
 
 namespace ga = gated_attention;
 namespace ref = gated_attention::reference;
+using ga::testing::contains;
 using ga::testing::for_each_index;
 using ga::testing::make_rng;
 using ga::testing::max_tolerance_ratio;
 using ga::testing::Tensor;
+using ga::testing::track;
 
 namespace {
 
@@ -29,15 +31,6 @@ using Index5 = std::array<std::int64_t, 5>;
 // sigmoid written through tanh, a different formula from the reference's 1 / (1 + exp(-x)).
 double sigmoid_tanh(double x) {
   return 0.5 * (1.0 + std::tanh(0.5 * x));
-}
-
-// worst = max(worst, ratio), with NaN making the result infinite rather than being ignored.
-void track(double& worst, double ratio) {
-  worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : std::max(worst, ratio);
-}
-
-bool contains(const ga::Status& s, const char* what) {
-  return std::string(s.message()).find(what) != std::string::npos;
 }
 
 template <class T>

@@ -17,21 +17,14 @@
 
 namespace ga = gated_attention;
 namespace ref = gated_attention::reference;
+using ga::testing::contains;
 using ga::testing::for_each_index;
 using ga::testing::make_rng;
 using ga::testing::max_tolerance_ratio;
 using ga::testing::Tensor;
+using ga::testing::track;
 
 namespace {
-
-// worst = max(worst, ratio), with NaN making the result infinite rather than being ignored.
-void track(double& worst, double ratio) {
-  worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : std::max(worst, ratio);
-}
-
-bool contains(const ga::Status& s, const char* what) {
-  return std::string(s.message()).find(what) != std::string::npos;
-}
 
 // Independent RMSNorm of one row: x / sqrt(mean(x^2) + eps) * scale.
 std::vector<double> rms_row(const std::vector<double>& x, const std::vector<double>& scale,

@@ -17,23 +17,16 @@
 
 namespace ga = gated_attention;
 namespace ref = gated_attention::reference;
+using ga::testing::contains;
 using ga::testing::for_each_index;
 using ga::testing::make_rng;
 using ga::testing::max_tolerance_ratio;
 using ga::testing::Tensor;
+using ga::testing::track;
 
 namespace {
 
 using Index5 = std::array<std::int64_t, 5>;
-
-// worst = max(worst, ratio), with NaN making the result infinite rather than being ignored.
-void track(double& worst, double ratio) {
-  worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : std::max(worst, ratio);
-}
-
-bool contains(const ga::Status& s, const char* what) {
-  return std::string(s.message()).find(what) != std::string::npos;
-}
 
 template <class T, int Rank>
 ga::RopeArgs<T, Rank> rope_args(const ga::TensorView<const T, Rank>& x,

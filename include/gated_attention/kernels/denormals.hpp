@@ -1,7 +1,7 @@
 // The kernels run with denormal numbers flushed to zero, inputs and results alike (x86 MXCSR
 // FTZ + DAZ, aarch64 FPCR.FZ), on the calling thread for the duration of one task: an operation
-// on a denormal costs a microcode assist on x86 (attention over denormal q, k or v ran 30-80x
-// slower), and values below 2^-126 are far under every tolerance. The caller's mode is restored.
+// on a denormal costs a microcode assist on x86 (docs/performance-notes.md, "Denormals flushed per
+// task"), and values below 2^-126 are far under every tolerance. The caller's mode is restored.
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,10 @@
 //
 //   Status s = run(args, executor);  // splits the output features into panels over the workers
 //
-// Eigen is compiled with the includer's flags: without -march it uses SSE2 only, which is several
-// times slower than its AVX2/AVX-512 code. The attention kernels need no -march (they dispatch at
-// run time); the projections do, or an engine's own GEMM through LinearHook.
+// Eigen is compiled with the includer's flags: without -march it uses SSE2 only, far slower than
+// its AVX2/AVX-512 code (docs/performance-notes.md, "Projections: Eigen without -march"). The
+// attention kernels need no -march (they dispatch at run time); the projections do, or an
+// engine's own GEMM through LinearHook.
 //
 // Allocation: Eigen's GEMM takes its packing buffers from the stack up to
 // EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap (malloc) above it, so large products

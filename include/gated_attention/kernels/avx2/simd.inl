@@ -20,9 +20,6 @@ struct Simd {
   }
   static V load_shared(const float* p) { return load_pinned(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static __m256i first(int n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
   static V load_partial(const float* p, int n) { return _mm256_maskload_ps(p, first(n)); }
   static void store_partial(float* p, V v, int n) { _mm256_maskstore_ps(p, first(n), v); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -70,6 +67,10 @@ struct Simd {
   static V reciprocal(V x) { return _mm256_div_ps(_mm256_set1_ps(1.0f), x); }
 
  private:
+  // Lanes [0, n) set.
+  static __m256i first(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
   static V pow2_integral(V n) {
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);

@@ -21,7 +21,6 @@ struct Simd {
     return v;
   }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static __mmask16 first(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
   static V load_partial(const float* p, int n) { return _mm512_maskz_loadu_ps(first(n), p); }
   static void store_partial(float* p, V v, int n) { _mm512_mask_storeu_ps(p, first(n), v); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -99,4 +98,8 @@ struct Simd {
     const V r = _mm512_rcp14_ps(x);
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(1.0f)), r);
   }
+
+ private:
+  // Lanes [0, n) set.
+  static __mmask16 first(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
 };

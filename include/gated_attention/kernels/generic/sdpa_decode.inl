@@ -15,6 +15,10 @@ struct DecodeBlocks {
   using Values = ValueTiles<KvT, kDv>;
   static constexpr std::int64_t kBlock = Tuning::kDecodeBlock;
 
+  // The head dims, compile-time where the kernel is specialised for them.
+  static std::int64_t dk(const UnitWork<T, KvT>& u) { return kDk > 0 ? kDk : u.dk; }
+  static std::int64_t dv(const UnitWork<T, KvT>& u) { return kDv > 0 ? kDv : u.dv; }
+
   // S^T's row stride: the rows packed 4 or 8 to a key, L / stride keys per vector where that is
   // below L (see Softmax::ScoreVectors and docs/performance-notes.md, "Decode softmax: packed score
   // rows").
@@ -23,13 +27,13 @@ struct DecodeBlocks {
   // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded; and the
   // padded rows of S^T, which the dot tiles do not write, zeroed.
   static void pack_queries(const UnitWork<T, KvT>& u, std::int64_t stride) {
-    const std::int64_t dkp = u.dk_padded();
+    const std::int64_t dkp = u.dk_padded(), depth = dk(u);
     for (std::int64_t h = 0; h < u.heads; ++h) {
       for (std::int64_t r = 0; r < u.rows_v; ++r) {
         const T* q = u.query(h, r);
         float* row = u.w.q_t + h * u.q_size() + r * dkp;
         for (std::int64_t d = 0; d < dkp; ++d) {
-          row[d] = q != nullptr && d < u.dk ? q[d] * u.scale_log2 : 0.0f;
+          row[d] = q != nullptr && d < depth ? q[d] * u.scale_log2 : 0.0f;
         }
       }
     }
@@ -75,7 +79,7 @@ struct DecodeBlocks {
     float* scores = w.scores + h * kBlock * stride;  // one block per head
     update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
-                                                         nb, u.dv, out, dvp)) {
+                                                         nb, dv(u), out, dvp)) {
       return;
     }
     if constexpr (Values::kInPlace) {
@@ -83,7 +87,7 @@ struct DecodeBlocks {
                                   next_keys);
     } else {
       next_keys.fetch(0, next_keys.rows);
-      Values::pack(values, v_stride, nb, u.dv, dvp, w.v_packed);
+      Values::pack(values, v_stride, nb, dv(u), dvp, w.v_packed);
       Values::accumulate_packed(scores, stride, u.rows, w.v_packed, nb, dvp, out);
     }
   }
@@ -99,11 +103,11 @@ struct DecodeBlocks {
     // K: at least the next block's (the scores have read this one's).
     const std::int64_t keys_from =
         n0 + std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
-    const RowPrefetch keys_ahead = block_rows(u, k_base, k_stride, k_head_stride, keys_from, u.dk);
-    Scores::decode_scores(u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb,
-                          u.w.q_t, u.q_size(), u.dk_padded(), u.dk, u.w.scores, kBlock * stride,
-                          stride,
-                          block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, u.dv));
+    const RowPrefetch keys_ahead = block_rows(u, k_base, k_stride, k_head_stride, keys_from, dk(u));
+    Scores::decode_scores(
+        u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, u.w.q_t, u.q_size(),
+        u.dk_padded(), dk(u), u.w.scores, kBlock * stride, stride,
+        block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, dv(u)));
     for (std::int64_t h = 0; h < u.heads; ++h) {
       head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
     }

@@ -43,7 +43,9 @@ struct ScoreTiles {
       GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
     }
-    for (std::int64_t d = 0; d < dk; ++d) {
+    // A compile-time dk gives the loop a constant trip count, as where the tile is inlined.
+    const std::int64_t depth = kDk > 0 ? kDk : dk;
+    for (std::int64_t d = 0; d < depth; ++d) {
       V q[RV];
       GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) q[v] = S::load_shared(panel + d * (RV * L) + v * L);
@@ -77,8 +79,10 @@ struct ScoreTiles {
   }
 
   template <int KB, int RV>
-  static void panel_scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
-                           const float* panel, std::int64_t dk, float* s, std::int64_t row_stride) {
+  GATED_ATTENTION_ALWAYS_INLINE static void panel_scores(const KvT* keys, std::int64_t key_stride,
+                                                         std::int64_t num_keys, const float* panel,
+                                                         std::int64_t dk, float* s,
+                                                         std::int64_t row_stride) {
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
       panel_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,

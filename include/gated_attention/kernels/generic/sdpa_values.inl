@@ -15,6 +15,8 @@ struct ValueTiles {
   using S = Simd;
   using V = S::V;
   static constexpr int L = S::kLanes;
+  // Output rows' stride where dv is compile-time: dv padded as in SdpaPlan::dv_padded.
+  static constexpr std::int64_t kDvPadded = round_up(kDv, kRowPadding);
 
   // ---- Blocks with NaN or Inf in V ----
 
@@ -94,11 +96,13 @@ struct ValueTiles {
     }
   }
 
-  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns.
+  // O[r, cols] += sum_n P^T[n, r] V[n, cols] for RB rows and CV packed vector columns; out_stride
+  // is dv_padded.
   template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void packed_tile(const float* p, std::int64_t row_stride,
                                                         const float* packed, std::int64_t num_keys,
                                                         float* out, std::int64_t out_stride) {
+    if constexpr (kDv > 0) out_stride = kDvPadded;  // constant offsets, as where inlined
     V acc[RB][CV];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -137,9 +141,10 @@ struct ValueTiles {
   }
 
   template <int CV>
-  static void packed_rows(std::int64_t rows, const float* p, std::int64_t row_stride,
-                          const float* packed, std::int64_t num_keys, float* out,
-                          std::int64_t out_stride) {
+  GATED_ATTENTION_ALWAYS_INLINE static void packed_rows(std::int64_t rows, const float* p,
+                                                        std::int64_t row_stride,
+                                                        const float* packed, std::int64_t num_keys,
+                                                        float* out, std::int64_t out_stride) {
     constexpr int RB = Tuning::kValueTileRows;
     std::int64_t r = 0;
     for (; r + RB <= rows; r += RB) {
@@ -186,7 +191,6 @@ struct ValueTiles {
   static constexpr int kInPlaceTileVectors = in_place_tile_vectors();
   // Whether V can be read in place: a compile-time dv that is whole vectors.
   static constexpr bool kInPlace = kInPlaceTileVectors > 0;
-  static constexpr std::int64_t kDvPadded = round_up(kDv, kRowPadding);
 
   // acc[r] += p[r] v for one key's weights p and V row v.
   template <int RB, int CV>
