@@ -10,11 +10,13 @@ struct Epilogue {
   using V = S::V;
   static constexpr int L = S::kLanes;
 
-  // The factor that normalises a row (0 for a row that saw no key) and its log-sum-exp (natural
-  // log), with the head's sink logit (learned, or 0 for softmax+1) added to the softmax total.
+  // A row's softmax total with the head's sink logit (learned, or 0 for softmax+1) added: the
+  // factor that normalises the row (0 for a row that saw no key) and its log-sum-exp.
   struct Normalisation {
-    float inv;
-    float lse;
+    float inv, max, sum;  // max and sum in log2 units
+    float lse() const {   // natural log
+      return sum > 0.0f ? (max + std::log2(sum)) * kLn2 : -std::numeric_limits<float>::infinity();
+    }
   };
   static Normalisation normalise(const SdpaArgs<T, KvT>& a, std::int64_t head, float max,
                                  float sum) {
@@ -28,8 +30,7 @@ struct Epilogue {
         max = new_max;
       }
     }
-    if (sum <= 0.0f) return {0.0f, -std::numeric_limits<float>::infinity()};
-    return {scale / sum, (max + std::log2(sum)) * kLn2};
+    return {sum > 0.0f ? scale / sum : 0.0f, max, sum};
   }
 
   // The activated gate of one row, a vector at a time; a headwise gate (stride 0 over d) is one
@@ -48,7 +49,7 @@ struct Epilogue {
           broadcast_activated(broadcast ? activation_lanes(S::set1(*row), activation) : S::zero()) {
     }
     // Lanes [c, c + n) activated.
-    V activated(std::int64_t c, int n) const {
+    GATED_ATTENTION_ALWAYS_INLINE V activated(std::int64_t c, int n) const {
       if (broadcast) return broadcast_activated;
       return activation_lanes(n < L ? S::load_partial(values + c, n) : S::load(values + c),
                               activation);
@@ -69,7 +70,7 @@ struct Epilogue {
           gate_small_v(S::zero()) {}
 
     // x: normalised output, y: gated output, act: activated gate, of n lanes.
-    void add(V x, V y, V act, int n) {
+    GATED_ATTENTION_ALWAYS_INLINE void add(V x, V y, V act, int n) {
       const V zero = S::zero(), one = S::set1(1.0f);
       if (n == L) {
         max_before_v = S::max(max_before_v, S::max(x, S::sub(zero, x)));
@@ -114,7 +115,7 @@ struct Epilogue {
                            std::int64_t j, const float* o, float max, float sum, float sink_mass,
                            std::int64_t dv) {
     const Normalisation norm = normalise(a, u.kv_head * a.q.extents[3] + j, max, sum);
-    if (a.maybe_lse.data != nullptr) a.maybe_lse(u.batch, i, u.kv_head, j) = norm.lse;
+    if (a.maybe_lse.data != nullptr) a.maybe_lse(u.batch, i, u.kv_head, j) = norm.lse();
     T* out = &a.out(u.batch, i, u.kv_head, j, 0);
     const bool gated = a.gate.enabled();
     const RowGate gate(a.gate, gated ? &a.gate.values(u.batch, i, u.kv_head, j, 0) : nullptr);
@@ -127,8 +128,11 @@ struct Epilogue {
     for (std::int64_t c = 0; c < dv; c += L) {
       const int n = dv - c < L ? static_cast<int>(dv - c) : L;
       const V x = S::mul(S::load(o + c), inv);
-      const V act = gated ? gate.activated(c, n) : one;
-      const V y = gated ? combine_lanes(x, act, a.gate.combine) : x;
+      V y = x, act = one;
+      if (gated) {
+        act = gate.activated(c, n);
+        y = combine_lanes(x, act, a.gate.combine);
+      }
       if (stats) row_stats.add(x, y, act, n);
       if (n < L) {
         S::store_partial(out + c, y, n);
