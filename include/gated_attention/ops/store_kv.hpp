@@ -1,0 +1,97 @@
+// Stores rows of f32 keys or values into a K/V cache of any cache type (see store_kv_args.hpp).
+//
+//   Status s = run(args, executor);  // needs no workspace; a refused call writes nothing
+//
+// Plain C++ that the compiler vectorises for the includer's target: it runs once per new token,
+// beside attention over the whole cache.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "gated_attention/core/executor.hpp"
+#include "gated_attention/ops/store_kv_args.hpp"
+
+namespace gated_attention {
+
+// Rows per task of run().
+inline constexpr std::int64_t kStoreKvRowsPerTask = 64;
+
+template <class KvT>
+Status can_implement(const StoreKvArgs<KvT>& args) {
+  return validate(args);
+}
+
+namespace detail {
+
+// The largest |x| of a row of d values; NaN if the row holds NaN or Inf.
+inline float row_max_abs(const float* x, std::int64_t d) {
+  float max_abs = 0.0f, non_finite = 0.0f;
+  for (std::int64_t i = 0; i < d; ++i) {
+    max_abs = std::max(max_abs, std::fabs(x[i]));
+    non_finite += x[i] * 0.0f;  // 0 for finite x, NaN for NaN and +-Inf
+  }
+  return max_abs + non_finite;
+}
+
+// Row r of the flattened [b, len, kv_heads] rows of args.
+template <class KvT>
+void store_kv_row(const StoreKvArgs<KvT>& args, std::int64_t r) {
+  const auto index = row_index(args.src, r);
+  const float* x = &args.src[index];
+  KvT* out = &args.dst[index];
+  const std::int64_t d = args.src.extents[3];
+  if constexpr (std::is_same_v<KvT, std::int8_t>) {
+    const float max_abs = row_max_abs(x, d);
+    const float to_q = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const float q = std::nearbyint(x[i] * to_q);  // ties to even (the default rounding mode)
+      out[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
+    }
+    args.maybe_scales(index[0], index[1], index[2]) = max_abs / 127.0f;
+  } else if constexpr (std::is_same_v<KvT, float>) {
+    std::copy(x, x + d, out);
+  } else {
+    for (std::int64_t i = 0; i < d; ++i) out[i] = KvT(x[i]);
+  }
+}
+
+// The first row that cannot be quantised (NaN or Inf), or -1.
+inline std::int64_t first_non_finite_row(const TensorView<const float, 4>& src) {
+  const std::int64_t rows = num_rows(src);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (std::isnan(row_max_abs(&src[row_index(src, r)], src.extents[3]))) return r;
+  }
+  return -1;
+}
+
+}  // namespace detail
+
+template <class KvT>
+Status run(const StoreKvArgs<KvT>& args, const Executor& executor = {}) {
+  GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+  if (args.src.empty()) return Status::ok();
+  if constexpr (std::is_same_v<KvT, std::int8_t>) {
+    const std::int64_t bad = detail::first_non_finite_row(args.src);
+    if (bad >= 0) {
+      const auto i = row_index(args.src, bad);
+      return Status::error(StatusCode::invalid_argument,
+                           "src: row (batch %lld, position %lld, kv head %lld) holds NaN or Inf: "
+                           "an int8 cache cannot store it",
+                           static_cast<long long>(i[0]), static_cast<long long>(i[1]),
+                           static_cast<long long>(i[2]));
+    }
+  }
+  const std::int64_t rows = num_rows(args.src);
+  parallel_for(executor, (rows + kStoreKvRowsPerTask - 1) / kStoreKvRowsPerTask,
+               [&](std::int64_t task, int) {
+                 const std::int64_t begin = task * kStoreKvRowsPerTask;
+                 const std::int64_t end = std::min(rows, begin + kStoreKvRowsPerTask);
+                 for (std::int64_t r = begin; r < end; ++r) detail::store_kv_row(args, r);
+               });
+  return Status::ok();
+}
+
+}  // namespace gated_attention
