@@ -1,6 +1,8 @@
 // The machine's own limits, measured in the benchmark binary so that kernel rows can be read as a
 // share of them:
 //   peak/fma_f32/threads:<n>          counter flops: independent FMA chains on the widest ISA
+//   peak/bf16_dot/threads:<n>         counter flops: independent vdpbf16ps chains (AVX512-BF16
+//                                     hosts only; each lane adds two bf16 products)
 //   peak/read_bw/<shape>/threads:<n>  counter bytes_per_second: a streaming read of exactly the
 //                                     K/V bytes of that decode shape (named, or
 //                                     sweep_decode_<kv_len>)
@@ -53,6 +55,21 @@ __attribute__((target("avx512f"))) float fma_chains_avx512(std::int64_t iteratio
   for (std::int64_t i = 0; i < iterations; ++i) {
 #pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return sum_lanes(sum);
+}
+
+// vdpbf16ps chains: acc += x[2l] y[2l] + x[2l+1] y[2l+1] per f32 lane, 64 FLOPs an instruction.
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(std::int64_t iterations) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+  const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  const __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(2e-3f), _mm512_set1_ps(2e-3f));
+  for (std::int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, y);
   }
   __m512 sum = acc[0];
   for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
@@ -158,6 +175,27 @@ void peak_fma(benchmark::State& state, int threads) {
   state.counters["flops"] = flops / seconds_since(start);
   state.SetLabel(isa.name);
 }
+
+#if defined(__x86_64__)
+void peak_bf16_dot(benchmark::State& state, int threads) {
+  ga::ThreadPool pool(threads);
+  const ga::Executor ex = pool.executor();
+  std::vector<float> sink(static_cast<std::size_t>(threads));
+  std::int64_t rounds = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
+      sink[static_cast<std::size_t>(t)] = bf16_dot_chains(kFmaIterations);
+    });
+    benchmark::DoNotOptimize(sink.data());
+    ++rounds;
+  }
+  const double flops =
+      64.0 * kChains * static_cast<double>(kFmaIterations) * threads * static_cast<double>(rounds);
+  state.counters["flops"] = flops / seconds_since(start);
+  state.SetLabel("avx512_bf16");
+}
+#endif
 
 // n floats with distinct values on every page (value i % modulus): identical pages may be merged
 // by the host and then read from cache, which would overstate the bandwidth.
@@ -281,6 +319,12 @@ int register_peaks() {
     const std::string suffix = "/threads:" + std::to_string(threads);
     benchmark::RegisterBenchmark(("peak/fma_f32" + suffix).c_str(), peak_fma, threads)
         ->Unit(benchmark::kMillisecond);
+#if defined(__x86_64__)
+    if (ga::cpu_features().avx512_bf16 && ga::isa_available(ga::Isa::avx512)) {
+      benchmark::RegisterBenchmark(("peak/bf16_dot" + suffix).c_str(), peak_bf16_dot, threads)
+          ->Unit(benchmark::kMillisecond);
+    }
+#endif
     for (const AttentionShape& s : ga::bench::kShapes) {
       if (!s.decode) continue;
       register_read_bw(s.name, s, suffix, threads);
