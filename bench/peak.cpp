@@ -156,8 +156,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-void peak_fma(benchmark::State& state, int threads) {
-  const Isa isa = widest_isa();
+// Rounds of `chains` (kFmaIterations steps of kChains independent chains) on every worker,
+// reported as flops for flops_per_step FLOPs a chain step.
+void time_chains(benchmark::State& state, int threads, float (*chains)(std::int64_t),
+                 double flops_per_step, const char* label) {
   ga::ThreadPool pool(threads);
   const ga::Executor ex = pool.executor();
   std::vector<float> sink(static_cast<std::size_t>(threads));
@@ -165,35 +167,26 @@ void peak_fma(benchmark::State& state, int threads) {
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
-      sink[static_cast<std::size_t>(t)] = isa.fma_chains(kFmaIterations);
+      sink[static_cast<std::size_t>(t)] = chains(kFmaIterations);
     });
     benchmark::DoNotOptimize(sink.data());
     ++rounds;
   }
-  const double flops = 2.0 * isa.lanes * kChains * static_cast<double>(kFmaIterations) * threads *
+  const double flops = flops_per_step * kChains * static_cast<double>(kFmaIterations) * threads *
                        static_cast<double>(rounds);
   state.counters["flops"] = flops / seconds_since(start);
-  state.SetLabel(isa.name);
+  state.SetLabel(label);
+}
+
+void peak_fma(benchmark::State& state, int threads) {
+  const Isa isa = widest_isa();
+  time_chains(state, threads, isa.fma_chains, 2.0 * isa.lanes, isa.name);
 }
 
 #if defined(__x86_64__)
+// 16 lanes, each adding two bf16 products an instruction.
 void peak_bf16_dot(benchmark::State& state, int threads) {
-  ga::ThreadPool pool(threads);
-  const ga::Executor ex = pool.executor();
-  std::vector<float> sink(static_cast<std::size_t>(threads));
-  std::int64_t rounds = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    ga::parallel_for(ex, threads, [&](std::int64_t t, int) {
-      sink[static_cast<std::size_t>(t)] = bf16_dot_chains(kFmaIterations);
-    });
-    benchmark::DoNotOptimize(sink.data());
-    ++rounds;
-  }
-  const double flops =
-      64.0 * kChains * static_cast<double>(kFmaIterations) * threads * static_cast<double>(rounds);
-  state.counters["flops"] = flops / seconds_since(start);
-  state.SetLabel("avx512_bf16");
+  time_chains(state, threads, bf16_dot_chains, 64.0, "avx512_bf16");
 }
 #endif
 

@@ -51,11 +51,6 @@ ga::StoreKvArgs<KvT> store_args(const Tensor<float, 4>& src, Cache<KvT>& cache,
   return a;
 }
 
-template <class KvT>
-std::uint16_t bits_of(KvT x) {
-  return x.bits;
-}
-
 }  // namespace
 
 TEST_CASE("store_kv: float, bf16 and f16 caches hold the rounded rows, elsewhere untouched",
@@ -84,10 +79,10 @@ TEST_CASE("store_kv: float, bf16 and f16 caches hold the rounded rows, elsewhere
     const float x =
         src.data[static_cast<std::size_t>(((i[0] * 5 + i[1] - 2) * 3 + i[2]) * 40 + i[3])];
     CHECK(f.data[at] == x);
-    CHECK(bits_of(bf.data[at]) == ga::bf16(x).bits);  // round to nearest even (core/dtypes.hpp)
-    CHECK(bits_of(h.data[at]) == ga::f16(x).bits);
-    CHECK(bits_of(bf.data[at]) == bits_of(bf_ref.data[at]));
-    CHECK(bits_of(h.data[at]) == bits_of(h_ref.data[at]));
+    CHECK(bf.data[at].bits == ga::bf16(x).bits);  // round to nearest even (core/dtypes.hpp)
+    CHECK(h.data[at].bits == ga::f16(x).bits);
+    CHECK(bf.data[at].bits == bf_ref.data[at].bits);
+    CHECK(h.data[at].bits == h_ref.data[at].bits);
   });
 }
 

@@ -39,6 +39,13 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) {
   return (x + m - 1) / m * m;
 }
 
+// A head dim: the kernel's compile-time kDim where it is specialised for one (> 0), so that loops
+// over it have a constant trip count; else the call's `runtime` value.
+template <int kDim>
+constexpr std::int64_t head_dim(std::int64_t runtime) {
+  return kDim > 0 ? kDim : runtime;
+}
+
 struct SdpaPlan {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
   SdpaRegime regime = SdpaRegime::prefill;

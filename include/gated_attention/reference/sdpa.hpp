@@ -29,6 +29,7 @@ struct SdpaRow {
   double compute_logits(std::int64_t valid) const {
     const std::int64_t q_len = args.q.extents[1], dk = args.q.extents[4];
     const std::int64_t pos = i + valid - q_len;
+    const double scale = args.effective_scale();
     double max_logit = kNegInf;
     for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
       logits[key] = kNegInf;
@@ -37,7 +38,7 @@ struct SdpaRow {
       for (std::int64_t d = 0; d < dk; ++d) {
         dot += as_double(args.q(b, i, kv, j, d)) * as_double(args.k(b, key, kv, d));
       }
-      logits[key] = args.effective_scale() * dot;
+      logits[key] = scale * dot;
       max_logit = std::max(max_logit, logits[key]);
     }
     return max_logit;

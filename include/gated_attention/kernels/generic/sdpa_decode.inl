@@ -15,10 +15,6 @@ struct DecodeBlocks {
   using Values = ValueTiles<KvT, kDv>;
   static constexpr std::int64_t kBlock = Tuning::kDecodeBlock;
 
-  // The head dims, compile-time where the kernel is specialised for them.
-  static std::int64_t dk(const UnitWork<T, KvT>& u) { return kDk > 0 ? kDk : u.dk; }
-  static std::int64_t dv(const UnitWork<T, KvT>& u) { return kDv > 0 ? kDv : u.dv; }
-
   // S^T's row stride: the rows packed 4 or 8 to a key, L / stride keys per vector where that is
   // below L (see Softmax::ScoreVectors and docs/performance-notes.md, "Decode softmax: packed score
   // rows").
@@ -27,7 +23,7 @@ struct DecodeBlocks {
   // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded; and the
   // padded rows of S^T, which the dot tiles do not write, zeroed.
   static void pack_queries(const UnitWork<T, KvT>& u, std::int64_t stride) {
-    const std::int64_t dkp = u.dk_padded(), depth = dk(u);
+    const std::int64_t dkp = u.dk_padded(), depth = head_dim<kDk>(u.dk);
     for (std::int64_t h = 0; h < u.heads; ++h) {
       for (std::int64_t r = 0; r < u.rows_v; ++r) {
         const T* q = u.query(h, r);
@@ -79,7 +75,7 @@ struct DecodeBlocks {
     float* scores = w.scores + h * kBlock * stride;  // one block per head
     update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
-                                                         nb, dv(u), out, dvp)) {
+                                                         nb, head_dim<kDv>(u.dv), out, dvp)) {
       return;
     }
     if constexpr (Values::kInPlace) {
@@ -87,7 +83,7 @@ struct DecodeBlocks {
                                   next_keys);
     } else {
       next_keys.fetch(0, next_keys.rows);
-      Values::pack(values, v_stride, nb, dv(u), dvp, w.v_packed);
+      Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.v_packed);
       Values::accumulate_packed(scores, stride, u.rows, w.v_packed, nb, dvp, out);
     }
   }
@@ -103,11 +99,12 @@ struct DecodeBlocks {
     // K: at least the next block's (the scores have read this one's).
     const std::int64_t keys_from =
         n0 + std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
-    const RowPrefetch keys_ahead = block_rows(u, k_base, k_stride, k_head_stride, keys_from, dk(u));
+    const RowPrefetch keys_ahead =
+        block_rows(u, k_base, k_stride, k_head_stride, keys_from, head_dim<kDk>(u.dk));
     Scores::decode_scores(
         u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, u.w.q_t, u.q_size(),
-        u.dk_padded(), dk(u), u.w.scores, kBlock * stride, stride,
-        block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, dv(u)));
+        u.dk_padded(), head_dim<kDk>(u.dk), u.w.scores, kBlock * stride, stride,
+        block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, head_dim<kDv>(u.dv)));
     for (std::int64_t h = 0; h < u.heads; ++h) {
       head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
     }

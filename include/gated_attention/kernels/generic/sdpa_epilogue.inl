@@ -123,7 +123,7 @@ struct Epilogue {
     RowStatistics row_stats;
     const V inv = S::set1(norm.inv), one = S::set1(1.0f);
     // A compile-time dv unrolls the loop, so that a row's vectors overlap their activations.
-    if constexpr (kDv > 0) dv = kDv;
+    dv = head_dim<kDv>(dv);
     GATED_ATTENTION_UNROLL_PARTLY
     for (std::int64_t c = 0; c < dv; c += L) {
       const int n = dv - c < L ? static_cast<int>(dv - c) : L;

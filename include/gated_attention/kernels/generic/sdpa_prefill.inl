@@ -9,13 +9,9 @@ struct PrefillBlocks {
   using Scores = ScoreTiles<KvT, kDk>;
   using Values = ValueTiles<KvT, kDv>;
 
-  // The head dims, compile-time where the kernel is specialised for them.
-  static std::int64_t dk(const UnitWork<T, KvT>& u) { return kDk > 0 ? kDk : u.dk; }
-  static std::int64_t dv(const UnitWork<T, KvT>& u) { return kDv > 0 ? kDv : u.dv; }
-
   // The unit's queries, scaled by scale * log2(e), into the panels of Scores::q_panel_element.
   static void pack_queries(const UnitWork<T, KvT>& u) {
-    const std::int64_t depth = dk(u);
+    const std::int64_t depth = head_dim<kDk>(u.dk);
     for (std::int64_t r = 0; r < u.rows_v; ++r) {
       const T* q = u.query(0, r);
       for (std::int64_t d = 0; d < depth; ++d) {
@@ -33,13 +29,13 @@ struct PrefillBlocks {
     const KvT* keys = &a.k(u.unit.batch, n0, u.unit.kv_head, 0);
     const KvT* values = &a.v(u.unit.batch, n0, u.unit.kv_head, 0);
     const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
-    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, dk(u), w.scores, rs);
+    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs);
     update_softmax(u, 0, w.scores, n0, nb, u.rows_v, rs, all_visible);
     if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, values, v_stride, nb,
-                                                         dv(u), w.out, dvp)) {
+                                                         head_dim<kDv>(u.dv), w.out, dvp)) {
       return;
     }
-    Values::pack(values, v_stride, nb, dv(u), dvp, w.v_packed);
+    Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.v_packed);
     Values::accumulate_packed(w.scores, rs, u.rows, w.v_packed, nb, dvp, w.out);
   }
 

@@ -43,8 +43,7 @@ struct ScoreTiles {
       GATED_ATTENTION_UNROLL
       for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
     }
-    // A compile-time dk gives the loop a constant trip count, as where the tile is inlined.
-    const std::int64_t depth = kDk > 0 ? kDk : dk;
+    const std::int64_t depth = head_dim<kDk>(dk);
     for (std::int64_t d = 0; d < depth; ++d) {
       V q[RV];
       GATED_ATTENTION_UNROLL
@@ -129,8 +128,7 @@ struct ScoreTiles {
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
     }
-    // A compile-time dk gives the loop a constant trip count, which the compiler unrolls.
-    const std::int64_t depth = kDk > 0 ? kDk : dk;
+    const std::int64_t depth = head_dim<kDk>(dk);
     const std::int64_t whole = depth / L * L;
     const std::int64_t steps = whole / L;
     const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;

@@ -11,7 +11,7 @@ struct UnitWork {
   const SdpaWorkerScratch& w;
   float scale_log2;
   SdpaUnit unit;
-  std::int64_t dk, dv;        // the head dims (the drivers use their compile-time kDk, kDv)
+  std::int64_t dk, dv;        // the head dims (drivers read them through head_dim<kDk>, <kDv>)
   std::int64_t i0;            // the unit's first query position
   std::int64_t rows, rows_v;  // rows (positions x group), and rounded up to whole vectors
   std::int64_t heads;         // KV heads of the unit (every one in decode, one in prefill)
