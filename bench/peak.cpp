@@ -10,9 +10,10 @@
 //                                     order, hardware prefetch alone: per block of
 //                                     head_major_block() keys, each head's K rows, then its V
 //                                     rows
-//   decode_read_share/f32/<shape>/threads:<n>  counter share: the median over back-to-back
-//                                     pairs of (streaming read time / decode call time), the two
-//                                     reading the same K/V bytes: the decode row's bytes_per_second
+//   decode_read_share/<f32|f32-kv<t>>/<shape>/threads:<n>  counter share: the median over
+//                                     back-to-back pairs of (streaming read time / decode call
+//                                     time), the two reading the same K/V bytes (t in bf16, f16,
+//                                     i8; int8 scales included): the decode row's bytes_per_second
 //                                     as a share of peak/read_bw, with the machine's drift between
 //                                     separately timed rows cancelled within each pair
 #include <benchmark/benchmark.h>
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "aligned_buffer.hpp"
@@ -230,11 +232,13 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
   });
 }
 
-// time_pairs of an ungated decode call and a streaming read of a buffer of the shape's K/V bytes,
-// on the same workers; counter `share`: read time / call time.
+// time_pairs of an ungated decode call with K/V stored as E and a streaming read of a buffer of
+// the call's K/V bytes (scales included), on the same workers; counter `share`: read time / call
+// time.
+template <class E>
 void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   const Isa isa = widest_isa();
-  const auto n = static_cast<std::int64_t>(s.kv_bytes() / sizeof(float));
+  const auto n = static_cast<std::int64_t>(ga::bench::StoredKv<E>::bytes(s) / sizeof(float));
   const auto buffer = distinct_floats(n, 1000003);
   const ga::bench::SdpaCase c(s);
   ga::bench::SdpaRunner call(threads, {c.args});
@@ -246,8 +250,16 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
     });
     benchmark::DoNotOptimize(sink.data());
   };
-  ga::bench::time_pairs(
-      state, "share", [&] { call(state, c.args); }, read);
+  auto pairs = [&](const auto& args) {
+    ga::bench::time_pairs(
+        state, "share", [&] { call(state, args); }, read);
+  };
+  if constexpr (std::is_same_v<E, float>) {
+    pairs(c.args);
+  } else {
+    const ga::bench::StoredKv<E> stored(c);
+    pairs(stored.args(c.args));
+  }
   state.SetLabel(ga::sdpa_path());
 }
 
@@ -304,6 +316,15 @@ void register_read_bw(const std::string& name, const AttentionShape& s, const st
       ->Unit(benchmark::kMillisecond);
 }
 
+template <class E>
+void register_read_share(const char* dtype, const AttentionShape& s, const std::string& suffix,
+                         int threads) {
+  benchmark::RegisterBenchmark(
+      (std::string("decode_read_share/") + dtype + "/" + s.name + suffix).c_str(),
+      decode_read_share<E>, s, threads)
+      ->Unit(benchmark::kMillisecond);
+}
+
 int register_peaks() {
   benchmark::AddCustomContext("huge_pages", ga::bench::huge_pages_requested()
                                                 ? "advised for buffers of 2 MiB or more"
@@ -325,10 +346,10 @@ int register_peaks() {
           (std::string("peak/read_bw_head_major/") + s.name + suffix).c_str(),
           peak_read_bw_head_major, s, threads)
           ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(
-          (std::string("decode_read_share/f32/") + s.name + suffix).c_str(), decode_read_share, s,
-          threads)
-          ->Unit(benchmark::kMillisecond);
+      register_read_share<float>("f32", s, suffix, threads);
+      register_read_share<ga::bf16>("f32-kvbf16", s, suffix, threads);
+      register_read_share<ga::f16>("f32-kvf16", s, suffix, threads);
+      register_read_share<std::int8_t>("f32-kvi8", s, suffix, threads);
     }
     for (std::int64_t kv_len : ga::bench::kSweepDecodeLens) {
       register_read_bw("sweep_decode_" + std::to_string(kv_len),

@@ -11,7 +11,9 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "aligned_buffer.hpp"
@@ -96,13 +98,61 @@ struct SdpaCase {
   }
 };
 
+// A case's K and V stored as E by ops/store_kv: rounded to nearest even (bf16, f16) or quantised
+// per row (int8, with the row scales). args(): the case's arguments reading them.
+template <class E>
+struct StoredKv {
+  static constexpr bool kQuantised = std::is_same_v<E, std::int8_t>;
+  AlignedVector<E> k, v;
+  AlignedVector<float> k_scales, v_scales;  // [b, kv_len, kv_heads]: int8 only
+
+  explicit StoredKv(const SdpaCase& c) : k(c.k.size()), v(c.v.size()) {
+    store(c.args.k, k, k_scales);
+    store(c.args.v, v, v_scales);
+  }
+
+  SdpaArgs<float, E, E> args(const SdpaArgs<float>& f) const {
+    const TensorView<const E, 4> k_view(k.data(), f.k.extents, f.k.strides);
+    const TensorView<const E, 4> v_view(v.data(), f.v.extents, f.v.strides);
+    if constexpr (!kQuantised) return with_kv(f, k_view, v_view);
+    return with_kv(f, k_view, v_view, scale_view(f.k, k_scales), scale_view(f.v, v_scales));
+  }
+
+  // The bytes a call reads from K, V and their scales.
+  static double bytes(const AttentionShape& s) {
+    const double rows = 2.0 * static_cast<double>(s.batch * s.kv_len * s.kv_heads);
+    return rows * static_cast<double>(s.head_dim) * sizeof(E) + (kQuantised ? rows * 4.0 : 0.0);
+  }
+
+ private:
+  static TensorView<const float, 3> scale_view(const TensorView<const float, 4>& t,
+                                               const AlignedVector<float>& scales) {
+    return TensorView<const float, 3>::contiguous(scales.data(),
+                                                  {t.extents[0], t.extents[1], t.extents[2]});
+  }
+  static void store(const TensorView<const float, 4>& src, AlignedVector<E>& dst,
+                    AlignedVector<float>& scales) {
+    StoreKvArgs<E> a;
+    a.src = src;
+    a.dst = TensorView<E, 4>(dst.data(), src.extents, src.strides);
+    if constexpr (kQuantised) {
+      scales.resize(static_cast<std::size_t>(src.extents[0] * src.extents[1] * src.extents[2]));
+      a.maybe_scales = TensorView<float, 3>::contiguous(
+          scales.data(), {src.extents[0], src.extents[1], src.extents[2]});
+    }
+    const Status status = run(a);
+    if (!status) std::abort();  // finite random inputs: cannot fail
+  }
+};
+
 // Runs SDPA calls on `threads` workers (the calling thread alone for 1), with one workspace large
-// enough for every args it was sized for.
+// enough for every call it was sized for.
 struct SdpaRunner {
   ThreadPool pool;
   Executor executor;
   std::vector<unsigned char> workspace;
 
+  // The workspace depends on the sizes alone: f32 arguments size it for every K/V type.
   SdpaRunner(int threads, std::initializer_list<SdpaArgs<float>> sized_for)
       : pool(threads), executor(threads > 1 ? pool.executor() : Executor{}) {
     std::size_t bytes = 0;
@@ -110,7 +160,8 @@ struct SdpaRunner {
     workspace.resize(bytes);
   }
   // One call; a failed one ends the row with its message.
-  void operator()(benchmark::State& state, const SdpaArgs<float>& args) {
+  template <class KT, class VT>
+  void operator()(benchmark::State& state, const SdpaArgs<float, KT, VT>& args) {
     const Status status = run(args, Workspace(workspace.data(), workspace.size()), executor);
     if (!status) state.SkipWithError(status.message());
     benchmark::DoNotOptimize(args.out.data);
@@ -129,12 +180,11 @@ inline double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// stats: also write every AttentionStats output (the sdpa_stats/... rows).
-inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
-                     bool stats) {
-  SdpaCase c(s);
-  const SdpaArgs<float> args = stats ? c.with_stats(c.gated(gate)) : c.gated(gate);
-  SdpaRunner call(threads, {args});
+// Times calls of `args` on `call`'s workers; counters flops and, for decode shapes,
+// bytes_per_second (kv_bytes: the K/V bytes one call reads).
+template <class KT, class VT>
+void time_calls(benchmark::State& state, const AttentionShape& s, double kv_bytes, SdpaRunner& call,
+                const SdpaArgs<float, KT, VT>& args) {
   const Status status = can_implement(args);
   if (!status) {
     state.SkipWithError(status.message());
@@ -149,8 +199,17 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
   const double seconds = seconds_between(start, std::chrono::steady_clock::now());
   state.counters["flops"] = s.useful_flops() * static_cast<double>(calls) / seconds;
   if (s.decode)
-    state.counters["bytes_per_second"] = s.kv_bytes() * static_cast<double>(calls) / seconds;
+    state.counters["bytes_per_second"] = kv_bytes * static_cast<double>(calls) / seconds;
   state.SetLabel(sdpa_path());
+}
+
+// stats: also write every AttentionStats output (the sdpa_stats/... rows).
+inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+                     bool stats) {
+  SdpaCase c(s);
+  const SdpaArgs<float> args = stats ? c.with_stats(c.gated(gate)) : c.gated(gate);
+  SdpaRunner call(threads, {args});
+  time_calls(state, s, s.kv_bytes(), call, args);
 }
 
 // Each iteration runs `base` and `other` back to back (their order alternating); counter `name`:

@@ -43,6 +43,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,8 @@ enum class GateKind {
   packed_with_q,      // elementwise, inside q's buffer: per head [q_h (dk) | gate_h (dv)]
 };
 enum class SinkKind { none, learned, plus_one, some_neg_inf, large };
+// The element type K or V is stored in (the float inputs rounded to it, or int8 rows quantised).
+enum class KvType { f32, bf16, f16, i8 };
 
 inline const char* to_string(Layout l) {
   switch (l) {
@@ -99,6 +102,19 @@ inline const char* to_string(GateKind g) {
       return "query_independent";
     case GateKind::packed_with_q:
       return "packed_with_q";
+  }
+  return "?";
+}
+inline const char* to_string(KvType t) {
+  switch (t) {
+    case KvType::f32:
+      return "f32";
+    case KvType::bf16:
+      return "bf16";
+    case KvType::f16:
+      return "f16";
+    case KvType::i8:
+      return "i8";
   }
   return "?";
 }
@@ -148,6 +164,7 @@ struct Case {
   bool poison_invisible_keys = false;       // NaN in the K/V rows no query of the entry sees
   std::vector<std::int64_t> poisoned_keys;  // keys whose K rows hold NaN and V rows poison_value
   float poison_value = std::numeric_limits<float>::quiet_NaN();
+  KvType k_type = KvType::f32, v_type = KvType::f32;
   bool check_standalone_gate = false;  // also ops/output_gate on the ungated reference output
   double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
   double tol_scale = 1.0;              // f in the tolerance
@@ -210,6 +227,11 @@ struct Case {
     expect_min_splits = s;
     return *this;
   }
+  Case& with_kv_types(KvType k, KvType v) {
+    k_type = k;
+    v_type = v;
+    return *this;
+  }
   Case& with_stats(std::int64_t sink_keys) {
     stats = true;
     n_sink = sink_keys;
@@ -247,8 +269,8 @@ inline std::string describe(const Case& c) {
      << c.scale << " q_range " << c.q_range << " one_hot " << c.one_hot_logit << " q_exponent "
      << c.q_exponent << " v_exponent " << c.v_exponent << " denormals " << c.denormals
      << " poison_invisible " << c.poison_invisible_keys << " poisoned keys "
-     << c.poisoned_keys.size() << " (" << c.poison_value << ")"
-     << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
+     << c.poisoned_keys.size() << " (" << c.poison_value << ") k " << to_string(c.k_type) << " v "
+     << to_string(c.v_type) << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
   return os.str();
 }
 
@@ -296,6 +318,81 @@ inline Owned<4> make_tensor(const std::array<std::int64_t, 4>& e, Layout layout,
   return Owned<4>(e, s, misalign, pad);
 }
 
+// K or V stored in a case's K/V type, at the offsets of the float tensor's buffer: every buffer
+// element rounded to bf16 or f16 (NaN padding stays NaN), or each row of the view quantised to
+// int8 as ops/store_kv does (scale = max|x| / 127; padding 127). int8 cannot hold the NaN that
+// marks keys a kernel must not read: such rows hold 127 with a scale of 1e30 (NaN past the entry's
+// kv length, where scales are not validated), which a kernel that reads them cannot hide.
+struct StoredKv {
+  std::vector<bf16> bf16s;
+  std::vector<f16> f16s;
+  std::vector<std::int8_t> int8s;
+  std::vector<float> scales;  // [b, len, heads], contiguous
+  std::array<std::int64_t, 3> scale_extents{};
+
+  StoredKv() = default;
+  StoredKv(KvType type, const Owned<4>& t, const std::vector<std::int64_t>& valid) {
+    const auto& e = t.view.extents;
+    switch (type) {
+      case KvType::f32:
+        return;
+      case KvType::bf16:
+        for (float x : t.storage) bf16s.push_back(bf16(x));
+        return;
+      case KvType::f16:
+        for (float x : t.storage) f16s.push_back(f16(x));
+        return;
+      case KvType::i8:
+        break;
+    }
+    int8s.assign(t.storage.size(), 127);
+    scale_extents = {e[0], e[1], e[2]};
+    scales.assign(static_cast<std::size_t>(e[0] * e[1] * e[2]), 0.0f);
+    for_each_index(scale_extents, [&](const auto& r) {
+      const float* row = &t.view(r[0], r[1], r[2], 0);
+      std::int8_t* out = int8s.data() + (row - t.storage.data());
+      float m = 0.0f;
+      bool finite = true;
+      for (std::int64_t d = 0; d < e[3]; ++d) {
+        finite &= std::isfinite(row[d]);
+        m = std::max(m, std::fabs(row[d]));
+      }
+      float& scale = scales[static_cast<std::size_t>((r[0] * e[1] + r[1]) * e[2] + r[2])];
+      if (!finite) {
+        scale = r[1] < valid[static_cast<std::size_t>(r[0])] ? 1e30f : kNaN;
+        return;
+      }
+      scale = m / 127.0f;
+      for (std::int64_t d = 0; d < e[3]; ++d) {
+        out[d] = static_cast<std::int8_t>(m > 0.0f ? std::nearbyint(row[d] * 127.0f / m) : 0.0f);
+      }
+    });
+  }
+
+  // The stored tensor as E (the float buffer's own view for float).
+  template <class E>
+  TensorView<const E, 4> view(const Owned<4>& t) const {
+    const std::ptrdiff_t offset = t.view.data - t.storage.data();
+    const E* base = nullptr;
+    if constexpr (std::is_same_v<E, float>) base = t.storage.data();
+    if constexpr (std::is_same_v<E, bf16>) base = bf16s.data();
+    if constexpr (std::is_same_v<E, f16>) base = f16s.data();
+    if constexpr (std::is_same_v<E, std::int8_t>) base = int8s.data();
+    return TensorView<const E, 4>(base + offset, t.view.extents, t.view.strides);
+  }
+  TensorView<const float, 3> scale_view() const {
+    if (scales.empty()) return {};
+    return TensorView<const float, 3>::contiguous(scales.data(), scale_extents);
+  }
+};
+
+// The element type of a KvType.
+template <KvType t>
+using KvElement =
+    std::conditional_t<t == KvType::f32, float,
+                       std::conditional_t<t == KvType::bf16, bf16,
+                                          std::conditional_t<t == KvType::f16, f16, std::int8_t>>>;
+
 inline double activation_of(const Case& c, double g) {
   return reference::gate_activation(c.activation, g);
 }
@@ -314,7 +411,8 @@ struct Problem {
   Case c;
   std::uint64_t salt;
   Owned<4> q, k, v, out;
-  Owned<5> gate;  // for packed_with_q: no storage, the view points into q's
+  StoredKv k_stored, v_stored;  // K and V in the case's K/V types (empty for f32)
+  Owned<5> gate;                // for packed_with_q: no storage, the view points into q's
   Owned<4> lse;
   std::array<Owned<4>, kNumStats> stats;
   std::vector<float> sinks;
@@ -410,6 +508,10 @@ struct Problem {
       }
     }
     make_gate(rng);  // last: the same case without a gate draws the same values
+    std::vector<std::int64_t> valid(static_cast<std::size_t>(c.batch));
+    for (std::int64_t b = 0; b < c.batch; ++b) valid[static_cast<std::size_t>(b)] = valid_keys(b);
+    k_stored = StoredKv(c.k_type, k, valid);
+    v_stored = StoredKv(c.v_type, v, valid);
     if (c.lse) {
       lse = Owned<4>({c.batch, c.q_len, c.hkv, g}, {c.q_len * c.hq, c.hq, g, 1}, c.misalign,
                      kLseSentinel);
@@ -582,6 +684,18 @@ struct Problem {
     return a;
   }
 
+  // args() with K and V as stored in the case's types KT and VT.
+  template <class KT, class VT>
+  SdpaArgs<float, KT, VT> typed_args(const SdpaArgs<float>& f) const {
+    return with_kv(f, k_stored.view<KT>(k), v_stored.view<VT>(v), k_stored.scale_view(),
+                   v_stored.scale_view());
+  }
+  template <class KT, class VT>
+  SdpaArgs<float, KT, VT> typed_args() const {
+    return typed_args<KT, VT>(args());
+  }
+
+  template <class KT = float, class VT = KT>
   Status run_reference() {
     SdpaArgs<float> a = args();
     a.out = split_heads(ref_out.view(), c.hkv);
@@ -590,7 +704,7 @@ struct Problem {
       const auto views = stat_views(a.stats);
       for (int s = 0; s < kNumStats; ++s) *views[s] = ref_stats[s].view();
     }
-    return reference::sdpa(a);
+    return reference::sdpa(typed_args<KT, VT>(a));
   }
 
   void reset_outputs() {
@@ -812,8 +926,9 @@ inline ThreadPool& shared_pool(int n) {
 
 // Runs the kernels once under the current ISA limit, by run() or by run_phase() for every phase
 // and worker in turn (as an engine's workers would, with a barrier between phases).
-inline Status run_kernels(const Case& c, const SdpaArgs<float>& args,
-                          std::vector<std::byte>& workspace) {
+template <class KT, class VT>
+Status run_kernels(const Case& c, const SdpaArgs<float, KT, VT>& args,
+                   std::vector<std::byte>& workspace) {
   const Executor executor = c.threads > 1 ? shared_pool(c.threads).executor() : Executor{};
   const Workspace ws(workspace.data() + c.workspace_shift, workspace.size() - c.workspace_shift);
   if (!c.run_phase) return run(args, ws, executor);
@@ -892,19 +1007,21 @@ struct PathCheck {
   std::vector<float> last_output;  // the output of the last path, in index order
 };
 
-// Builds `c`, runs the reference once and the kernels on every available path, and compares.
-inline PathCheck check_every_path(const Case& c) {
+// Builds `c`, runs the reference once and the kernels on every available path, and compares; K
+// and V stored as KT and VT (which must be c.k_type's and c.v_type's elements).
+template <class KT, class VT>
+PathCheck check_every_path_as(const Case& c) {
   PathCheck result;
   const auto fail = [&](const std::string& what) {
     result.failure = what + "\n  case " + describe(c);
     return result;
   };
   Problem p(c);
-  const SdpaArgs<float> args = p.args();
+  const SdpaArgs<float, KT, VT> args = p.typed_args<KT, VT>();
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
   }
-  if (const Status s = p.run_reference(); !s.is_ok()) {
+  if (const Status s = p.run_reference<KT, VT>(); !s.is_ok()) {
     return fail(std::string("reference::sdpa: ") + s.message());
   }
   const int workers = std::max(1, c.threads);
@@ -939,6 +1056,14 @@ inline PathCheck check_every_path(const Case& c) {
   for_each_index(p.out.view.extents,
                  [&](const auto& i) { result.last_output.push_back(p.out.view[i]); });
   return result;
+}
+
+// The same for a case whose K and V are f32.
+inline PathCheck check_every_path(const Case& c) {
+  if (c.k_type != KvType::f32 || c.v_type != KvType::f32) {
+    return {"check_every_path: f32 K/V only (check_every_path_as for the others)", {}};
+  }
+  return check_every_path_as<float, float>(c);
 }
 
 }  // namespace gated_attention::testing::sdpa

@@ -43,3 +43,14 @@ inline void apply(Op op, const float* a, const float* b, const float* c, int n, 
     }
   }
 }
+
+// One vector of 16- or 8-bit elements widened to f32 (`type`: 0 bf16, 1 f16, 2 int8), whole
+// (n < 0) or its first n lanes (load_partial).
+inline void widen(int type, const void* p, int n, float* out) {
+  const auto run = [&](const auto* e) {
+    S::store(out, n < 0 ? S::load(e) : S::load_partial(e, n));
+  };
+  if (type == 0) return run(static_cast<const gated_attention::bf16*>(p));
+  if (type == 1) return run(static_cast<const gated_attention::f16*>(p));
+  run(static_cast<const std::int8_t*>(p));
+}

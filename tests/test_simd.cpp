@@ -3,7 +3,9 @@
 // through the kernels.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -78,18 +80,21 @@ struct SimdPath {
   const char* name;
   int lanes;
   void (*apply)(Op, const float*, const float*, const float*, int, float*);
+  void (*widen)(int, const void*, int, float*);
 };
 
 std::vector<SimdPath> simd_paths() {
-  std::vector<SimdPath> paths = {{"scalar", 1, &simd_test::scalar::apply}};
+  std::vector<SimdPath> paths = {
+      {"scalar", 1, &simd_test::scalar::apply, &simd_test::scalar::widen}};
 #if GATED_ATTENTION_X86
-  if (ga::isa_available(ga::Isa::avx2)) paths.push_back({"avx2", 8, &simd_test::avx2::apply});
+  if (ga::isa_available(ga::Isa::avx2))
+    paths.push_back({"avx2", 8, &simd_test::avx2::apply, &simd_test::avx2::widen});
   if (ga::isa_available(ga::Isa::avx512)) {
-    paths.push_back({"avx512", 16, &simd_test::avx512::apply});
+    paths.push_back({"avx512", 16, &simd_test::avx512::apply, &simd_test::avx512::widen});
   }
 #endif
 #if GATED_ATTENTION_AARCH64
-  paths.push_back({"neon", 4, &simd_test::neon::apply});
+  paths.push_back({"neon", 4, &simd_test::neon::apply, &simd_test::neon::widen});
 #endif
   return paths;
 }
@@ -237,6 +242,50 @@ TEST_CASE("simd: reductions and group swaps on every path", "[simd]") {
       INFO("width " << width);
       path.apply(Op::swap_groups, in.a.data(), in.b.data(), in.c.data(), width, in.out.data());
       for (int l = 0; l < L; ++l) CHECK(in.out[l] == in.a[l ^ width]);
+    }
+  }
+}
+
+TEST_CASE("simd: bf16, f16 and int8 loads widen exactly on every path", "[simd][kv_types]") {
+  auto rng = ga::testing::make_rng(0x51f);
+  // Every 16-bit pattern once (NaN, Inf, subnormals and zeros of both signs among them), and
+  // every int8 value, a vector at a time.
+  std::vector<std::uint16_t> halves(0x10000);
+  for (int i = 0; i < 0x10000; ++i)
+    halves[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i);
+  std::shuffle(halves.begin(), halves.end(), rng);
+  std::vector<std::int8_t> bytes(256);
+  for (int i = 0; i < 256; ++i)
+    bytes[static_cast<std::size_t>(i)] = static_cast<std::int8_t>(i - 128);
+  const auto expected = [&](int type, std::size_t i) -> float {
+    if (type == 0) return ga::to_float(ga::bf16::from_bits(halves[i]));
+    if (type == 1) return ga::to_float(ga::f16::from_bits(halves[i]));
+    return static_cast<float>(bytes[i]);
+  };
+  for (const SimdPath& path : simd_paths()) {
+    INFO("path " << path.name);
+    const int L = path.lanes;
+    for (int type = 0; type < 3; ++type) {
+      INFO("type " << (type == 0 ? "bf16" : type == 1 ? "f16" : "int8"));
+      const std::size_t count = type == 2 ? bytes.size() : halves.size();
+      std::vector<float> out(static_cast<std::size_t>(L) + 1);
+      int wrong = 0;
+      for (std::size_t at = 0; at + static_cast<std::size_t>(L) <= count;
+           at += static_cast<std::size_t>(L)) {
+        const void* p = type == 2 ? static_cast<const void*>(&bytes[at]) : &halves[at];
+        const int n = static_cast<int>(at / static_cast<std::size_t>(L)) % (L + 2) - 1;  // -1..L
+        std::fill(out.begin(), out.end(), 7.0f);
+        path.widen(type, p, n, out.data());
+        for (int l = 0; l < L; ++l) {
+          const float want =
+              n >= 0 && l >= n ? 0.0f : expected(type, at + static_cast<std::size_t>(l));
+          const float got = out[static_cast<std::size_t>(l)];
+          // F16C quiets signaling NaNs: any NaN stands for a NaN.
+          if (!(same_float(got, want) || (std::isnan(got) && std::isnan(want)))) ++wrong;
+        }
+        if (out[static_cast<std::size_t>(L)] != 7.0f) ++wrong;
+      }
+      CHECK(wrong == 0);
     }
   }
 }

@@ -170,4 +170,14 @@ inline f16 from_float<f16>(float x) {
   return f16(x);
 }
 
+// K/V cache element types: float, bf16, f16 and std::int8_t (rows with one f32 scale each).
+template <class E>
+inline constexpr bool is_kv_type_v = std::is_same_v<E, float> || std::is_same_v<E, bf16> ||
+                                     std::is_same_v<E, f16> || std::is_same_v<E, std::int8_t>;
+
+// Activation element types (q, gate, out): float, bf16, f16.
+template <class E>
+inline constexpr bool is_activation_type_v =
+    std::is_same_v<E, float> || std::is_same_v<E, bf16> || std::is_same_v<E, f16>;
+
 }  // namespace gated_attention

@@ -13,6 +13,7 @@ namespace gated_attention {
 enum class InnerStride : std::uint8_t {
   unit,               // the last dimension is dense (stride 1)
   unit_or_broadcast,  // stride 1 or 0 (one value broadcast over the last dimension)
+  any,                // any stride (views of scalars per row, read one element at a time)
 };
 
 // Checks a view against the extents an op expects (a negative expected extent accepts any extent
@@ -61,8 +62,8 @@ Status check_view(const char* tensor, const TensorView<T, Rank>& view,
     return Status::error(StatusCode::invalid_argument, "%s: null data pointer", tensor);
   }
   const std::int64_t s = view.strides[Rank - 1];
-  const bool inner_ok =
-      s == 1 || view.extents[Rank - 1] == 1 || (inner == InnerStride::unit_or_broadcast && s == 0);
+  const bool inner_ok = inner == InnerStride::any || s == 1 || view.extents[Rank - 1] == 1 ||
+                        (inner == InnerStride::unit_or_broadcast && s == 0);
   if (!inner_ok) {
     return Status::error(StatusCode::invalid_argument,
                          "%s: dim %d (%s): innermost stride must be %s, got %lld", tensor, Rank - 1,

@@ -1,5 +1,5 @@
 // The kernels of every ISA path this platform compiles (scalar, avx2 and avx512 on x86; scalar and
-// neon on aarch64), and their f32 entry points as one list.
+// neon on aarch64), and their entry points as lists: f32, and any type combination.
 //
 // Build time: every translation unit that runs an op compiles that op's kernels for every path and
 // head dim (tens of seconds per unit). A program with many such units can compile them once:
@@ -46,10 +46,15 @@
 #endif
 // clang-format on
 
-// The f32 entry points of one path; `prefix` is `extern` (declaration) or empty (definition).
-#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                            \
-  prefix template TaskFn kernels::isa::sdpa_task_fn<float, float>(std::int64_t, std::int64_t); \
-  prefix template void kernels::isa::sdpa_merge<float, float>(void*, std::int64_t, int);       \
+// The SDPA entry points of one path for activations T and K/V types KT, VT; `prefix` is `extern`
+// (declaration) or empty (definition).
+#define GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, T, KT, VT)                             \
+  prefix template TaskFn kernels::isa::sdpa_task_fn<T, KT, VT>(std::int64_t, std::int64_t); \
+  prefix template void kernels::isa::sdpa_merge<T, KT, VT>(void*, std::int64_t, int);
+
+// The f32 entry points of one path.
+#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                 \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, float, float) \
   prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);
 
 // Every path's, at namespace gated_attention scope.
@@ -64,6 +69,24 @@
   GATED_ATTENTION_F32_KERNELS_OF(prefix, neon)
 #else
 #define GATED_ATTENTION_F32_KERNELS(prefix) GATED_ATTENTION_F32_KERNELS_OF(prefix, scalar)
+#endif
+
+// Every path's SDPA kernels for one type combination, at namespace gated_attention scope. Other
+// combinations than f32 compile in each unit that runs them; a program can compile one once by
+// writing, inside namespace gated_attention, GATED_ATTENTION_SDPA_KERNELS(extern, float, bf16,
+// bf16) in every unit and GATED_ATTENTION_SDPA_KERNELS(, float, bf16, bf16) in one.
+#if GATED_ATTENTION_X86
+#define GATED_ATTENTION_SDPA_KERNELS(prefix, T, KT, VT)      \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx2, T, KT, VT)   \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx512, T, KT, VT)
+#elif GATED_ATTENTION_AARCH64
+#define GATED_ATTENTION_SDPA_KERNELS(prefix, T, KT, VT)      \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, neon, T, KT, VT)
+#else
+#define GATED_ATTENTION_SDPA_KERNELS(prefix, T, KT, VT) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT)
 #endif
 
 #ifdef GATED_ATTENTION_EXTERN_KERNELS

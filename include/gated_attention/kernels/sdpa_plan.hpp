@@ -93,8 +93,8 @@ inline SdpaPlan make_sdpa_plan(const SdpaShape& shape, int num_workers) {
   return p;
 }
 
-template <class T, class KvT>
-SdpaPlan make_sdpa_plan(const SdpaArgs<T, KvT>& args, int num_workers) {
+template <class T, class KT, class VT>
+SdpaPlan make_sdpa_plan(const SdpaArgs<T, KT, VT>& args, int num_workers) {
   return make_sdpa_plan(SdpaShape::of(args), num_workers);
 }
 
@@ -106,8 +106,9 @@ struct SdpaWorkerScratch {
                                    // or (decode) each head's block of Tuning::kDecodeBlock keys
                                    // in turn, rows packed 4 or 8 to a key
   float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
-  float* v_packed = nullptr;       // [dv_padded / lanes, kKvBlock, lanes] one V block by column,
-                                   // columns kPackedColumnPadding floats apart
+  float* kv_block = nullptr;       // one V block packed by column, [dv_padded / lanes, kKvBlock,
+                                   // lanes] with columns kPackedColumnPadding floats apart; or
+                                   // (prefill) one K block of another type widened, [kKvBlock, dk]
   float* max = nullptr;            // [row_stride] running max, log2 units (per head)
   float* sum = nullptr;            // [row_stride] running sum of exp2(s - max) (per head)
   float* alpha = nullptr;          // [row_stride] rescale factors of the current block (per head)
@@ -140,8 +141,9 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_w
     s.q_t = ws.allocate<float>(heads * static_cast<std::size_t>(round_up(p.dk, kRowPadding)) * rs);
     s.scores = ws.allocate<float>(heads * static_cast<std::size_t>(kKvBlock) * rs);
     s.out = ws.allocate<float>(heads * rs * static_cast<std::size_t>(p.dv_padded));
-    s.v_packed = ws.allocate<float>(  // dv_padded columns at most (one lane)
-        static_cast<std::size_t>((kKvBlock + kPackedColumnPadding) * p.dv_padded));
+    s.kv_block = ws.allocate<float>(  // dv_padded columns at most (one lane), or dk
+        static_cast<std::size_t>((kKvBlock + kPackedColumnPadding) *
+                                 std::max(p.dv_padded, round_up(p.dk, kRowPadding))));
     s.max = ws.allocate<float>(heads * rs);
     s.sum = ws.allocate<float>(heads * rs);
     s.alpha = ws.allocate<float>(heads * rs);
@@ -189,9 +191,9 @@ inline SdpaUnit unit_at(const SdpaPlan& p, std::int64_t unit) {
 namespace gated_attention::kernels {
 
 // What every task of one call reads: passed to the ISA's task functions through the Executor.
-template <class T, class KvT>
+template <class T, class KT, class VT>
 struct SdpaContext {
-  const SdpaArgs<T, KvT>* args = nullptr;
+  const SdpaArgs<T, KT, VT>* args = nullptr;
   const SdpaPlan* plan = nullptr;
   const SdpaLayout* layout = nullptr;
   float scale_log2 = 0.0f;  // logit scale * log2(e): scores are kept in log2 units

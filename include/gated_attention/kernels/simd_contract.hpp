@@ -12,6 +12,10 @@
 //   V load_shared(const float* p);   // load that several FMAs of a prefill tile use
 //   V load_pinned(const float* p);   // load that several FMAs of a decode tile use, in a register
 //   V load_partial(const float* p, int n);       // p[0, n), other lanes 0; 0 <= n <= kLanes
+//   V load(const E* p);              // E in bf16, f16, std::int8_t: p[0, kLanes) widened to f32
+//   V load_partial(const E* p, int n);           // the same for p[0, n), other lanes 0
+//   void load_pairs(const bf16* p, V& even, V& odd);  // p[0, 2 kLanes) widened: even elements
+//                                    // to `even`, odd ones to `odd` (two bitwise ops)
 //   void store(float* p, V v);                   // p[0, kLanes), any alignment
 //   void store_partial(float* p, V v, int n);    // p[0, n) only
 //   V fma(V a, V b, V c);            // a * b + c, fused (one rounding) where the ISA has it
@@ -44,6 +48,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gated_attention/core/dtypes.hpp"
+
 namespace gated_attention::kernels {
 
 // Compile-time check of the parts of the contract the compiler can see: the members' presence
@@ -53,6 +59,12 @@ constexpr bool satisfies_simd_contract() {
   using V = typename S::V;
   static_assert(S::kLanes == 1 || S::kLanes == 4 || S::kLanes == 8 || S::kLanes == 16);
   static_assert(sizeof(S::fma(V{}, V{}, V{})) == sizeof(V));
+  static_assert(sizeof(S::load(static_cast<const bf16*>(nullptr))) == sizeof(V));
+  static_assert(sizeof(S::load(static_cast<const f16*>(nullptr))) == sizeof(V));
+  static_assert(sizeof(S::load(static_cast<const std::int8_t*>(nullptr))) == sizeof(V));
+  static_assert(sizeof(S::load_partial(static_cast<const bf16*>(nullptr), 0)) == sizeof(V));
+  static_assert(sizeof(S::load_partial(static_cast<const f16*>(nullptr), 0)) == sizeof(V));
+  static_assert(sizeof(S::load_partial(static_cast<const std::int8_t*>(nullptr), 0)) == sizeof(V));
   static_assert(sizeof(S::select_less(V{}, V{}, V{}, V{})) == sizeof(V));
   static_assert(sizeof(S::swap_groups(V{}, 1)) == sizeof(V));
   static_assert(std::is_same_v<decltype(S::reduce_add(V{})), float>);

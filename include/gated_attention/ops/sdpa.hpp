@@ -25,26 +25,28 @@
 
 namespace gated_attention {
 
-template <class T, class KvT>
-Status can_implement(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status can_implement(const SdpaArgs<T, KT, VT>& args) {
+  static_assert(is_activation_type_v<T>, "q, gate and out: float, bf16 or f16");
+  static_assert(is_kv_type_v<KT> && is_kv_type_v<VT>, "K and V: float, bf16, f16 or std::int8_t");
   GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
-  if (!std::is_same_v<T, float> || !std::is_same_v<KvT, float>) {
+  if (!std::is_same_v<T, float>) {
     return Status::error(StatusCode::not_supported,
-                         "sdpa: element types: expected float q/k/v/out (bf16/f16 come later)");
+                         "sdpa: element types: expected float q/gate/out (bf16/f16 come later)");
   }
   return Status::ok();
 }
 
 // Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers); 0 for
 // arguments can_implement() rejects (run() then reports why).
-template <class T, class KvT>
-std::size_t workspace_size(const SdpaArgs<T, KvT>& args, int num_workers) {
+template <class T, class KT, class VT>
+std::size_t workspace_size(const SdpaArgs<T, KT, VT>& args, int num_workers) {
   if (!validate(args).is_ok()) return 0;
   return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(args, num_workers));
 }
 
-template <class T, class KvT>
-std::size_t workspace_size(const SdpaArgs<T, KvT>& args, const Executor& executor) {
+template <class T, class KT, class VT>
+std::size_t workspace_size(const SdpaArgs<T, KT, VT>& args, const Executor& executor) {
   return workspace_size(args, executor.num_workers);
 }
 
@@ -56,8 +58,8 @@ inline std::size_t workspace_size(const SdpaShape& shape, int num_workers) {
 
 // Phases of a run_phase() call sequence; 1 for arguments can_implement() rejects (run_phase()
 // then reports why).
-template <class T, class KvT>
-int num_phases(const SdpaArgs<T, KvT>& args, int num_workers) {
+template <class T, class KT, class VT>
+int num_phases(const SdpaArgs<T, KT, VT>& args, int num_workers) {
   if (!validate(args).is_ok()) return 1;
   return kernels::make_sdpa_plan(args, num_workers).num_phases();
 }
@@ -79,32 +81,36 @@ struct SdpaTaskFns {
   TaskFn merge = nullptr;  // phase 1: one task per split unit
 };
 
-template <class T, class KvT>
+template <class T, class KT, class VT>
 SdpaTaskFns sdpa_task_fns(Isa isa, std::int64_t dk, std::int64_t dv) {
   switch (isa) {
 #if GATED_ATTENTION_X86
     case Isa::avx512:
-      return {kernels::avx512::sdpa_task_fn<T, KvT>(dk, dv), &kernels::avx512::sdpa_merge<T, KvT>};
+      return {kernels::avx512::sdpa_task_fn<T, KT, VT>(dk, dv),
+              &kernels::avx512::sdpa_merge<T, KT, VT>};
     case Isa::avx2:
-      return {kernels::avx2::sdpa_task_fn<T, KvT>(dk, dv), &kernels::avx2::sdpa_merge<T, KvT>};
+      return {kernels::avx2::sdpa_task_fn<T, KT, VT>(dk, dv),
+              &kernels::avx2::sdpa_merge<T, KT, VT>};
 #endif
 #if GATED_ATTENTION_AARCH64
     case Isa::neon:
-      return {kernels::neon::sdpa_task_fn<T, KvT>(dk, dv), &kernels::neon::sdpa_merge<T, KvT>};
+      return {kernels::neon::sdpa_task_fn<T, KT, VT>(dk, dv),
+              &kernels::neon::sdpa_merge<T, KT, VT>};
 #endif
     default:
-      return {kernels::scalar::sdpa_task_fn<T, KvT>(dk, dv), &kernels::scalar::sdpa_merge<T, KvT>};
+      return {kernels::scalar::sdpa_task_fn<T, KT, VT>(dk, dv),
+              &kernels::scalar::sdpa_merge<T, KT, VT>};
   }
 }
 
 // Validates, plans and carves; then calls body(ctx, plan, fns) and returns its Status, if any.
 // Callers that carve one workspace from several workers at once (run_phase()) pass the worker:
 // only its entry of the workspace's scratch table is written.
-template <class T, class KvT, class Body>
-Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int num_workers,
+template <class T, class KT, class VT, class Body>
+Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int num_workers,
                          Body&& body, int carving_worker = -1) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<KvT, float>) {
+  if constexpr (std::is_same_v<T, float>) {
     const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
     const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
     const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
@@ -113,12 +119,12 @@ Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int 
                            "workspace: expected >= %zu bytes for %d worker(s), got %zu", needed,
                            plan.num_workers, workspace.capacity());
     }
-    kernels::SdpaContext<T, KvT> ctx;
+    kernels::SdpaContext<T, KT, VT> ctx;
     ctx.args = &args;
     ctx.plan = &plan;
     ctx.layout = &layout;
     ctx.scale_log2 = args.effective_scale() * kernels::kLog2e;
-    const SdpaTaskFns fns = sdpa_task_fns<T, KvT>(active_isa(), plan.dk, plan.dv);
+    const SdpaTaskFns fns = sdpa_task_fns<T, KT, VT>(active_isa(), plan.dk, plan.dv);
     if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
       body(ctx, plan, fns);
     } else {
@@ -130,8 +136,8 @@ Status with_sdpa_context(const SdpaArgs<T, KvT>& args, Workspace workspace, int 
 
 }  // namespace detail
 
-template <class T, class KvT>
-Status run(const SdpaArgs<T, KvT>& args, Workspace workspace, const Executor& executor = {}) {
+template <class T, class KT, class VT>
+Status run(const SdpaArgs<T, KT, VT>& args, Workspace workspace, const Executor& executor = {}) {
   return detail::with_sdpa_context(args, workspace, executor.num_workers,
                                    [&](auto& ctx, const auto& plan, const auto& fns) {
                                      executor.run(plan.tasks, fns.task, &ctx);
@@ -142,8 +148,9 @@ Status run(const SdpaArgs<T, KvT>& args, Workspace workspace, const Executor& ex
 }
 
 // Worker ith of nth runs its share of `phase`. Every worker passes the same workspace.
-template <class T, class KvT>
-Status run_phase(const SdpaArgs<T, KvT>& args, Workspace workspace, int phase, int ith, int nth) {
+template <class T, class KT, class VT>
+Status run_phase(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int phase, int ith,
+                 int nth) {
   if (nth < 1 || ith < 0 || ith >= nth) {
     return Status::error(StatusCode::invalid_argument,
                          "ith/nth: expected 0 <= ith < nth, got %d/%d", ith, nth);

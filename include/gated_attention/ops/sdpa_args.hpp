@@ -12,8 +12,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <utility>
 
+#include "gated_attention/core/dtypes.hpp"
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/tensor_view.hpp"
 #include "gated_attention/core/validate.hpp"
@@ -61,11 +64,14 @@ struct AttentionStats {
   }
 };
 
-template <class T, class KvT = T>
+template <class T, class KT = T, class VT = KT>
 struct SdpaArgs {
-  TensorView<const T, 5> q;                     // [b, q_len, kv_heads, group, dk]
-  TensorView<const KvT, 4> k;                   // [b, kv_len, kv_heads, dk]
-  TensorView<const KvT, 4> v;                   // [b, kv_len, kv_heads, dv]
+  TensorView<const T, 5> q;   // [b, q_len, kv_heads, group, dk]
+  TensorView<const KT, 4> k;  // [b, kv_len, kv_heads, dk]
+  TensorView<const VT, 4> v;  // [b, kv_len, kv_heads, dv]
+  // int8 K or V only: one scale per row, the row being scale * (its int8 values); finite, >= 0.
+  TensorView<const float, 3> maybe_k_scales;    // [b, kv_len, kv_heads]
+  TensorView<const float, 3> maybe_v_scales;    // [b, kv_len, kv_heads]
   TensorView<T, 5> out;                         // [b, q_len, kv_heads, group, dv]
   float scale = 0.0f;                           // logit scale; 0: 1 / sqrt(dk)
   Mask mask;                                    // default: no mask
@@ -82,13 +88,38 @@ struct SdpaArgs {
   }
 };
 
+// `args` reading K and V from other views, possibly of other types (int8 ones with their row
+// scales); every other field kept.
+template <class KT2, class VT2, class T, class KT, class VT>
+SdpaArgs<T, KT2, VT2> with_kv(const SdpaArgs<T, KT, VT>& args, TensorView<const KT2, 4> k,
+                              TensorView<const VT2, 4> v,
+                              TensorView<const float, 3> maybe_k_scales = {},
+                              TensorView<const float, 3> maybe_v_scales = {}) {
+  SdpaArgs<T, KT2, VT2> a;
+  a.q = args.q;
+  a.k = k;
+  a.v = v;
+  a.maybe_k_scales = maybe_k_scales;
+  a.maybe_v_scales = maybe_v_scales;
+  a.out = args.out;
+  a.scale = args.scale;
+  a.mask = args.mask;
+  a.maybe_kv_lens = args.maybe_kv_lens;
+  a.maybe_sink_logits = args.maybe_sink_logits;
+  a.softmax_plus_one = args.softmax_plus_one;
+  a.maybe_lse = args.maybe_lse;
+  a.gate = args.gate;
+  a.stats = args.stats;
+  return a;
+}
+
 // The sizes of an SDPA call: all that its plan, workspace size and phase count depend on, so an
 // engine (or the block) can size a workspace before its buffers exist.
 struct SdpaShape {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
 
-  template <class T, class KvT>
-  static SdpaShape of(const SdpaArgs<T, KvT>& args) {
+  template <class T, class KT, class VT>
+  static SdpaShape of(const SdpaArgs<T, KT, VT>& args) {
     const auto& q = args.q.extents;
     return {q[0], q[1], args.k.extents[1], q[2], q[3], q[4], args.v.extents[3]};
   }
@@ -121,10 +152,59 @@ namespace detail {
 
 constexpr std::array<const char*, 4> kSdpaRowDims = {"batch", "q length", "kv heads", "group"};
 
+constexpr std::array<const char*, 3> kKvRowDims = {"batch", "kv length", "kv heads"};
+
+// An int8 K or V takes a view of its row scales [b, kv_len, kv_heads] (any strides); the other
+// types take none.
+template <class E>
+Status check_row_scales(const char* name, const char* tensor, const TensorView<const float, 3>& s,
+                        const std::array<std::int64_t, 3>& extents) {
+  constexpr bool quantised = std::is_same_v<E, std::int8_t>;
+  const bool empty = extents[0] * extents[1] * extents[2] == 0;
+  if (quantised && s.data == nullptr && !empty) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: expected a [b, kv_len, kv_heads] view for an int8 %s, got none", name,
+                         tensor);
+  }
+  if (!quantised && s.data != nullptr) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: expected none for a float, bf16 or f16 %s, got a view", name, tensor);
+  }
+  if (s.data == nullptr) return Status::ok();
+  return check_view(name, s, extents, kKvRowDims, InnerStride::any);
+}
+
+// The scales of the rows the call reads (those below each entry's kv_lens): finite and >= 0.
+inline Status check_row_scale_values(const char* name, const TensorView<const float, 3>& s,
+                                     const std::int64_t* maybe_kv_lens) {
+  if (s.data == nullptr) return Status::ok();
+  for (std::int64_t b = 0; b < s.extents[0]; ++b) {
+    const std::int64_t valid = maybe_kv_lens ? maybe_kv_lens[b] : s.extents[1];
+    for (std::int64_t n = 0; n < valid; ++n) {
+      bool ok = true;
+      for (std::int64_t h = 0; h < s.extents[2]; ++h) {
+        const float x = s(b, n, h);
+        ok &= x >= 0.0f && x <= std::numeric_limits<float>::max();
+      }
+      if (ok) continue;
+      for (std::int64_t h = 0; h < s.extents[2]; ++h) {
+        const float x = s(b, n, h);
+        if (x >= 0.0f && x <= std::numeric_limits<float>::max()) continue;
+        return Status::error(StatusCode::invalid_argument,
+                             "%s: batch %lld, position %lld, kv head %lld: expected a finite scale "
+                             ">= 0, got %g",
+                             name, static_cast<long long>(b), static_cast<long long>(n),
+                             static_cast<long long>(h), static_cast<double>(x));
+      }
+    }
+  }
+  return Status::ok();
+}
+
 // The optional per-row statistics views, by name.
-template <class T, class KvT>
+template <class T, class KT, class VT>
 std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats_views(
-    const SdpaArgs<T, KvT>& args) {
+    const SdpaArgs<T, KT, VT>& args) {
   return {{
       {"stats.sink_share", &args.stats.sink_share},
       {"stats.gate_mean", &args.stats.gate_mean},
@@ -135,8 +215,8 @@ std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats_views(
 }
 
 // q, k, v, out, gate, lse and the statistics: extents, strides and head dims.
-template <class T, class KvT>
-Status validate_sdpa_shapes(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
   const auto& q = args.q.extents;
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("q", args.q, {-1, -1, -1, -1, -1}, kQueryHeadDims));
   if (q[2] < 1) return Status::shape_mismatch("q", 2, "kv heads", 1, q[2]);
@@ -159,6 +239,10 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KvT>& args) {
     return Status::error(StatusCode::invalid_argument, "v: dim 3 (dv): expected 1..%lld, got %lld",
                          static_cast<long long>(kMaxHeadDim), static_cast<long long>(dv));
   }
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_row_scales<KT>("k_scales", "K", args.maybe_k_scales, {q[0], kv_len, q[2]}));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_row_scales<VT>("v_scales", "V", args.maybe_v_scales, {q[0], kv_len, q[2]}));
   const std::array<std::int64_t, 5> out_extents = {q[0], q[1], q[2], q[3], dv};
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, out_extents, kQueryHeadDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, out_extents));
@@ -175,8 +259,8 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KvT>& args) {
 }
 
 // n_sink, scale, mask windows, sinks and kv_lens.
-template <class T, class KvT>
-Status validate_sdpa_values(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
   if (args.stats.n_sink < 0) {
     return Status::error(StatusCode::invalid_argument, "stats.n_sink: expected >= 0, got %lld",
                          static_cast<long long>(args.stats.n_sink));
@@ -196,9 +280,8 @@ Status validate_sdpa_values(const SdpaArgs<T, KvT>& args) {
     return Status::error(StatusCode::invalid_argument,
                          "sinks: softmax_plus_one and maybe_sink_logits are exclusive");
   }
-  if (args.maybe_kv_lens == nullptr) return Status::ok();
   const std::int64_t kv_len = args.k.extents[1];
-  for (std::int64_t b = 0; b < args.q.extents[0]; ++b) {
+  for (std::int64_t b = 0; args.maybe_kv_lens != nullptr && b < args.q.extents[0]; ++b) {
     const std::int64_t n = args.maybe_kv_lens[b];
     if (n < 0 || n > kv_len) {
       return Status::error(StatusCode::invalid_argument,
@@ -207,19 +290,23 @@ Status validate_sdpa_values(const SdpaArgs<T, KvT>& args) {
                            static_cast<long long>(n));
     }
   }
-  return Status::ok();
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_row_scale_values("k_scales", args.maybe_k_scales, args.maybe_kv_lens));
+  return check_row_scale_values("v_scales", args.maybe_v_scales, args.maybe_kv_lens);
 }
 
 // Every written view (out, lse, statistics) addresses each element once and is disjoint from
 // the inputs and from the other written views: tasks write them while others read the inputs.
-template <class T, class KvT>
-Status validate_sdpa_written(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status validate_sdpa_written(const SdpaArgs<T, KT, VT>& args) {
   const auto check_written = [&](const char* name, const auto& view,
                                  const auto& dim_names) -> Status {
     GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements(name, view, dim_names));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "q", args.q));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "k", args.k));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v", args.v));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "k_scales", args.maybe_k_scales));
+    GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v_scales", args.maybe_v_scales));
     return check_no_overlap(name, view, "gate", args.gate.values);
   };
   GATED_ATTENTION_RETURN_IF_ERROR(check_written("out", args.out, kQueryHeadDims));
@@ -241,8 +328,8 @@ Status validate_sdpa_written(const SdpaArgs<T, KvT>& args) {
 
 }  // namespace detail
 
-template <class T, class KvT>
-Status validate(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status validate(const SdpaArgs<T, KT, VT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_shapes(args));
   GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_values(args));
   return detail::validate_sdpa_written(args);

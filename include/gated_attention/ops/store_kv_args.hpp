@@ -24,11 +24,6 @@ struct StoreKvArgs {
   TensorView<float, 3> maybe_scales;  // [b, len, kv_heads]: int8 caches only, one scale per row
 };
 
-// K/V cache element types: float, bf16, f16 and std::int8_t (with per-row scales).
-template <class KvT>
-inline constexpr bool is_kv_type_v = std::is_same_v<KvT, float> || std::is_same_v<KvT, bf16> ||
-                                     std::is_same_v<KvT, f16> || std::is_same_v<KvT, std::int8_t>;
-
 // Shapes, strides and aliasing; the values are checked by run() (int8: every row finite).
 template <class KvT>
 Status validate(const StoreKvArgs<KvT>& args) {

@@ -17,13 +17,23 @@ namespace gated_attention::reference {
 namespace detail {
 
 // One query row (batch b, position i, KV head kv, head j of its group), computed in double.
-template <class T, class KvT>
+template <class T, class KT, class VT>
 struct SdpaRow {
-  const SdpaArgs<T, KvT>& args;
+  const SdpaArgs<T, KT, VT>& args;
   std::int64_t b, i, kv, j;
   std::vector<double>& logits;  // [kv_len]
   std::vector<double>& acc;     // [dv]
   static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+  // K and V elements as the values they stand for: int8 rows times their scale.
+  double key_element(std::int64_t key, std::int64_t d) const {
+    const double x = as_double(args.k(b, key, kv, d));
+    return args.maybe_k_scales.data ? x * args.maybe_k_scales(b, key, kv) : x;
+  }
+  double value_element(std::int64_t key, std::int64_t d) const {
+    const double x = as_double(args.v(b, key, kv, d));
+    return args.maybe_v_scales.data ? x * args.maybe_v_scales(b, key, kv) : x;
+  }
 
   // Scaled logits of the attended keys (-inf elsewhere); returns their max.
   double compute_logits(std::int64_t valid) const {
@@ -36,7 +46,7 @@ struct SdpaRow {
       if (key >= valid || !args.mask.allows(pos, key)) continue;
       double dot = 0.0;
       for (std::int64_t d = 0; d < dk; ++d) {
-        dot += as_double(args.q(b, i, kv, j, d)) * as_double(args.k(b, key, kv, d));
+        dot += as_double(args.q(b, i, kv, j, d)) * key_element(key, d);
       }
       logits[key] = scale * dot;
       max_logit = std::max(max_logit, logits[key]);
@@ -55,7 +65,7 @@ struct SdpaRow {
       if (logits[key] == kNegInf) continue;
       const double p = std::exp(logits[key] - max_logit);
       denom += p;
-      for (std::int64_t d = 0; d < dv; ++d) acc[d] += p * as_double(args.v(b, key, kv, d));
+      for (std::int64_t d = 0; d < dv; ++d) acc[d] += p * value_element(key, d);
     }
     return denom;
   }
@@ -115,8 +125,8 @@ struct SdpaRow {
 
 }  // namespace detail
 
-template <class T, class KvT>
-Status sdpa(const SdpaArgs<T, KvT>& args) {
+template <class T, class KT, class VT>
+Status sdpa(const SdpaArgs<T, KT, VT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
   const auto& qe = args.q.extents;
   const std::int64_t kv_len = args.k.extents[1];
@@ -127,7 +137,7 @@ Status sdpa(const SdpaArgs<T, KvT>& args) {
     for (std::int64_t i = 0; i < qe[1]; ++i) {
       for (std::int64_t kv = 0; kv < qe[2]; ++kv) {
         for (std::int64_t j = 0; j < qe[3]; ++j) {
-          detail::SdpaRow<T, KvT>{args, b, i, kv, j, logits, acc}.run(valid);
+          detail::SdpaRow<T, KT, VT>{args, b, i, kv, j, logits, acc}.run(valid);
         }
       }
     }

@@ -22,6 +22,31 @@ struct Simd {
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V load_partial(const float* p, int n) { return _mm256_maskload_ps(p, first(n)); }
   static void store_partial(float* p, V v, int n) { _mm256_maskstore_ps(p, first(n), v); }
+  // 16- and 8-bit elements widened to f32 (bf16 by shift, f16 by F16C, int8 exactly).
+  static V load(const bf16* p) {
+    const __m256i bits =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+  }
+  static V load(const f16* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V load(const std::int8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // p[0, 2 kLanes) as f32: even = p[0], p[2], ...; odd = p[1], p[3], ...
+  static void load_pairs(const bf16* p, V& even, V& odd) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536)));
+  }
+  template <class E>
+  static V load_partial(const E* p, int n) {
+    E lanes[kLanes] = {};
+    std::memcpy(lanes, p, static_cast<std::size_t>(n) * sizeof(E));
+    return load(lanes);
+  }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }

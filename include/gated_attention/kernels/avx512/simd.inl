@@ -23,6 +23,32 @@ struct Simd {
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V load_partial(const float* p, int n) { return _mm512_maskz_loadu_ps(first(n), p); }
   static void store_partial(float* p, V v, int n) { _mm512_mask_storeu_ps(p, first(n), v); }
+  // 16- and 8-bit elements widened to f32 (bf16 by shift, f16 by vcvtph2ps, int8 exactly).
+  static V load(const bf16* p) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static V load(const f16* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static V load(const std::int8_t* p) {
+    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // p[0, 2 kLanes) as f32: even = p[0], p[2], ...; odd = p[1], p[3], ... (one load, two
+  // bitwise ops: each 32-bit lane holds a pair).
+  static void load_pairs(const bf16* p, V& even, V& odd) {
+    const __m512i x = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+  }
+  static V load_partial(const bf16* p, int n) {
+    return widen(_mm256_maskz_loadu_epi16(first(n), p));
+  }
+  static V load_partial(const f16* p, int n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first(n), p));
+  }
+  static V load_partial(const std::int8_t* p, int n) {
+    return widen(_mm_maskz_loadu_epi8(first(n), p));
+  }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -102,4 +128,8 @@ struct Simd {
  private:
   // Lanes [0, n) set.
   static __mmask16 first(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+  static V widen(__m256i bf16_bits) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16_bits), 16));
+  }
+  static V widen(__m128i int8s) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(int8s)); }
 };

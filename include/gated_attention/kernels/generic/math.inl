@@ -78,3 +78,20 @@ inline void sigmoid_array(const float* x, float* y, std::int64_t n) {
     Simd::store_partial(y + i, sigmoid_lanes(Simd::load_partial(x + i, tail)), tail);
   }
 }
+
+// One vector of a K or V row as f32: f32 rows loaded into a register (load_pinned), 16- and
+// 8-bit rows widened.
+template <class E>
+GATED_ATTENTION_ALWAYS_INLINE Simd::V load_row_vector(const E* p) {
+  if constexpr (std::is_same_v<E, float>) {
+    return Simd::load_pinned(p);
+  } else {
+    return Simd::load(p);
+  }
+}
+
+// count <= kLanes elements of a row as f32, other lanes 0.
+template <class E>
+GATED_ATTENTION_ALWAYS_INLINE Simd::V load_row_part(const E* p, int count) {
+  return count == Simd::kLanes ? Simd::load(p) : Simd::load_partial(p, count);
+}

@@ -9,10 +9,10 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KvT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv>
 struct DecodeBlocks {
-  using Scores = ScoreTiles<KvT, kDk>;
-  using Values = ValueTiles<KvT, kDv>;
+  using Scores = ScoreTiles<KT, kDk>;
+  using Values = ValueTiles<VT, kDv>;
   static constexpr std::int64_t kBlock = Tuning::kDecodeBlock;
 
   // S^T's row stride: the rows packed 4 or 8 to a key, L / stride keys per vector where that is
@@ -20,9 +20,10 @@ struct DecodeBlocks {
   // rows").
   static std::int64_t score_stride(std::int64_t rows) { return rows <= 4 ? 4 : 8; }
 
-  // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded; and the
+  // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded and in the
+  // order the dot tiles read (Scores::order_query); and the
   // padded rows of S^T, which the dot tiles do not write, zeroed.
-  static void pack_queries(const UnitWork<T, KvT>& u, std::int64_t stride) {
+  static void pack_queries(const UnitWork<T, KT, VT>& u, std::int64_t stride) {
     const std::int64_t dkp = u.dk_padded(), depth = head_dim<kDk>(u.dk);
     for (std::int64_t h = 0; h < u.heads; ++h) {
       for (std::int64_t r = 0; r < u.rows_v; ++r) {
@@ -31,6 +32,7 @@ struct DecodeBlocks {
         for (std::int64_t d = 0; d < dkp; ++d) {
           row[d] = q != nullptr && d < depth ? q[d] * u.scale_log2 : 0.0f;
         }
+        Scores::order_query(row, depth);
       }
     }
     for (std::int64_t n = 0; n < u.heads * kBlock; ++n) {
@@ -41,9 +43,11 @@ struct DecodeBlocks {
   // The rows [n, n + kBlock) of every head of K or V (`base`: head 0's row 0; dims: a row's
   // length), none past the task's keys, as one strided run of spans: one span per key where a
   // key's heads lie within its stride (as in [b, s, h, d]), else one per head.
-  static RowPrefetch block_rows(const UnitWork<T, KvT>& u, const KvT* base, std::int64_t key_stride,
-                                std::int64_t head_stride, std::int64_t n, std::int64_t dims) {
-    constexpr auto kBytes = static_cast<std::int64_t>(sizeof(KvT));
+  template <class E>
+  static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const E* base,
+                                std::int64_t key_stride, std::int64_t head_stride, std::int64_t n,
+                                std::int64_t dims) {
+    constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
     if (n >= u.end) return RowPrefetch{};
     const std::int64_t keys = std::min(kBlock, u.end - n);
     const std::int64_t key_span = (u.heads - 1) * head_stride + dims;
@@ -64,16 +68,22 @@ struct DecodeBlocks {
   }
 
   // Head h's softmax and P.V for keys [n0, n0 + nb); next_keys: its share of the K rows to fetch.
-  static void head_block(const UnitWork<T, KvT>& u, std::int64_t h, std::int64_t n0,
+  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, std::int64_t n0,
                          std::int64_t nb, std::int64_t stride, bool all_visible,
                          const RowPrefetch& next_keys) {
-    const SdpaArgs<T, KvT>& a = u.args;
+    const SdpaArgs<T, KT, VT>& a = u.args;
     const SdpaWorkerScratch& w = u.w;
     const std::int64_t dvp = u.plan.dv_padded, v_stride = a.v.strides[1];
-    const KvT* values = &a.v(u.unit.batch, n0, u.unit.kv_head + h, 0);
+    const VT* values = &a.v(u.unit.batch, n0, u.unit.kv_head + h, 0);
     float* out = w.out + h * u.out_size();
     float* scores = w.scores + h * kBlock * stride;  // one block per head
+    if constexpr (std::is_same_v<KT, std::int8_t>) {
+      u.scale_by_rows(a.maybe_k_scales, h, scores, n0, nb, stride, stride);
+    }
     update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
+    if constexpr (std::is_same_v<VT, std::int8_t>) {
+      u.scale_by_rows(a.maybe_v_scales, h, scores, n0, nb, stride, stride);
+    }
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
                                                          nb, head_dim<kDv>(u.dv), out, dvp)) {
       return;
@@ -83,17 +93,17 @@ struct DecodeBlocks {
                                   next_keys);
     } else {
       next_keys.fetch(0, next_keys.rows);
-      Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.v_packed);
-      Values::accumulate_packed(scores, stride, u.rows, w.v_packed, nb, dvp, out);
+      Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.kv_block);
+      Values::accumulate_packed(scores, stride, u.rows, w.kv_block, nb, dvp, out);
     }
   }
 
   // Keys [n0, n0 + nb) of every head of the unit.
-  static void block(const UnitWork<T, KvT>& u, std::int64_t n0, std::int64_t nb,
+  static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     std::int64_t stride, bool all_visible) {
-    const SdpaArgs<T, KvT>& a = u.args;
-    const KvT* k_base = &a.k(u.unit.batch, 0, u.unit.kv_head, 0);
-    const KvT* v_base = &a.v(u.unit.batch, 0, u.unit.kv_head, 0);
+    const SdpaArgs<T, KT, VT>& a = u.args;
+    const KT* k_base = &a.k(u.unit.batch, 0, u.unit.kv_head, 0);
+    const VT* v_base = &a.v(u.unit.batch, 0, u.unit.kv_head, 0);
     const std::int64_t k_stride = a.k.strides[1], k_head_stride = a.k.strides[2];
     const std::int64_t values_from = n0 + Tuning::kDecodeFetchBlocks * kBlock;
     // K: at least the next block's (the scores have read this one's).
@@ -110,7 +120,7 @@ struct DecodeBlocks {
     }
   }
 
-  static void run(const UnitWork<T, KvT>& u) {
+  static void run(const UnitWork<T, KT, VT>& u) {
     const std::int64_t stride = score_stride(u.rows);
     pack_queries(u, stride);
     for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kBlock) {

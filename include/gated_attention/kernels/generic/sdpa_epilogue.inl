@@ -4,7 +4,7 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KvT, int kDv>
+template <class T, class KT, class VT, int kDv>
 struct Epilogue {
   using S = Simd;
   using V = S::V;
@@ -18,7 +18,7 @@ struct Epilogue {
       return sum > 0.0f ? (max + std::log2(sum)) * kLn2 : -std::numeric_limits<float>::infinity();
     }
   };
-  static Normalisation normalise(const SdpaArgs<T, KvT>& a, std::int64_t head, float max,
+  static Normalisation normalise(const SdpaArgs<T, KT, VT>& a, std::int64_t head, float max,
                                  float sum) {
     float scale = 1.0f;
     if (a.maybe_sink_logits != nullptr || a.softmax_plus_one) {
@@ -111,7 +111,7 @@ struct Epilogue {
 
   // Finishes row (query i, head j of KV head u.kv_head) from its unnormalised output o, running
   // max and sum (log2 units) and its unnormalised probability mass on keys [0, n_sink).
-  static void finalize_row(const SdpaArgs<T, KvT>& a, const SdpaUnit& u, std::int64_t i,
+  static void finalize_row(const SdpaArgs<T, KT, VT>& a, const SdpaUnit& u, std::int64_t i,
                            std::int64_t j, const float* o, float max, float sum, float sink_mass,
                            std::int64_t dv) {
     const Normalisation norm = normalise(a, u.kv_head * a.q.extents[3] + j, max, sum);
@@ -149,7 +149,7 @@ struct Epilogue {
   // fetched: both are strided by the heads, which the hardware prefetcher does not follow.
   static constexpr std::int64_t kPrefetchRows = 4;
 
-  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_row(const SdpaArgs<T, KvT>& a,
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_row(const SdpaArgs<T, KT, VT>& a,
                                                          const SdpaUnit& u, std::int64_t i,
                                                          std::int64_t j, std::int64_t dv) {
     const auto row_bytes = static_cast<std::int64_t>(dv * sizeof(T));
@@ -162,10 +162,10 @@ struct Epilogue {
 
   // Called before finalising row r of `rows` (query i0 + r / g, head r % g): fetches row
   // r + kPrefetchRows, and at r = 0 the rows before it too.
-  GATED_ATTENTION_ALWAYS_INLINE static void prefetch(const SdpaArgs<T, KvT>& a, const SdpaUnit& u,
-                                                     std::int64_t i0, std::int64_t g,
-                                                     std::int64_t rows, std::int64_t r,
-                                                     std::int64_t dv) {
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch(const SdpaArgs<T, KT, VT>& a,
+                                                     const SdpaUnit& u, std::int64_t i0,
+                                                     std::int64_t g, std::int64_t rows,
+                                                     std::int64_t r, std::int64_t dv) {
     const std::int64_t last = std::min(rows - 1, r + kPrefetchRows);
     for (std::int64_t ahead = r == 0 ? 0 : r + kPrefetchRows; ahead <= last; ++ahead) {
       prefetch_row(a, u, i0 + ahead / g, ahead % g, dv);

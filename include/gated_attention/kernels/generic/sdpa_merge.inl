@@ -35,12 +35,12 @@ inline MergedRow merge_splits(const SdpaPlan& p, const SdpaLayout& l, std::int64
   return m;
 }
 
-template <class T, class KvT>
+template <class T, class KT, class VT>
 void sdpa_merge(void* context, std::int64_t unit_index, int worker) {
-  using Finish = Epilogue<T, KvT, 0>;
+  using Finish = Epilogue<T, KT, VT, 0>;
   const DenormalsAsZero flush;
-  const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
-  const SdpaArgs<T, KvT>& a = *ctx.args;
+  const auto& ctx = *static_cast<const SdpaContext<T, KT, VT>*>(context);
+  const SdpaArgs<T, KT, VT>& a = *ctx.args;
   const SdpaPlan& p = *ctx.plan;
   const SdpaLayout& l = *ctx.layout;
   float* o = l.workers[worker].out;

@@ -4,13 +4,13 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KvT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv>
 struct PrefillBlocks {
-  using Scores = ScoreTiles<KvT, kDk>;
-  using Values = ValueTiles<KvT, kDv>;
+  using Scores = ScoreTiles<KT, kDk>;
+  using Values = ValueTiles<VT, kDv>;
 
   // The unit's queries, scaled by scale * log2(e), into the panels of Scores::q_panel_element.
-  static void pack_queries(const UnitWork<T, KvT>& u) {
+  static void pack_queries(const UnitWork<T, KT, VT>& u) {
     const std::int64_t depth = head_dim<kDk>(u.dk);
     for (std::int64_t r = 0; r < u.rows_v; ++r) {
       const T* q = u.query(0, r);
@@ -22,24 +22,32 @@ struct PrefillBlocks {
   }
 
   // Keys [n0, n0 + nb) of the unit's one head.
-  static void block(const UnitWork<T, KvT>& u, std::int64_t n0, std::int64_t nb, bool all_visible) {
-    const SdpaArgs<T, KvT>& a = u.args;
+  static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
+                    bool all_visible) {
+    const SdpaArgs<T, KT, VT>& a = u.args;
     const SdpaWorkerScratch& w = u.w;
     const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
-    const KvT* keys = &a.k(u.unit.batch, n0, u.unit.kv_head, 0);
-    const KvT* values = &a.v(u.unit.batch, n0, u.unit.kv_head, 0);
+    const KT* keys = &a.k(u.unit.batch, n0, u.unit.kv_head, 0);
+    const VT* values = &a.v(u.unit.batch, n0, u.unit.kv_head, 0);
     const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
-    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs);
+    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
+                           w.kv_block);
+    if constexpr (std::is_same_v<KT, std::int8_t>) {
+      u.scale_by_rows(a.maybe_k_scales, 0, w.scores, n0, nb, u.rows_v, rs);
+    }
     update_softmax(u, 0, w.scores, n0, nb, u.rows_v, rs, all_visible);
+    if constexpr (std::is_same_v<VT, std::int8_t>) {
+      u.scale_by_rows(a.maybe_v_scales, 0, w.scores, n0, nb, u.rows_v, rs);
+    }
     if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, values, v_stride, nb,
                                                          head_dim<kDv>(u.dv), w.out, dvp)) {
       return;
     }
-    Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.v_packed);
-    Values::accumulate_packed(w.scores, rs, u.rows, w.v_packed, nb, dvp, w.out);
+    Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.kv_block);
+    Values::accumulate_packed(w.scores, rs, u.rows, w.kv_block, nb, dvp, w.out);
   }
 
-  static void run(const UnitWork<T, KvT>& u) {
+  static void run(const UnitWork<T, KT, VT>& u) {
     pack_queries(u);
     for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kKvBlock) {
       const std::int64_t nb = std::min(kKvBlock, u.end - n0);

@@ -1,5 +1,7 @@
 // Score tiles: S^T [keys, rows] = K q^T for one block of keys, in log2 units (q is pre-scaled by
 // scale * log2(e)). They depend on the K element type and dk only: a new K type is a new tile.
+// 16- and 8-bit K rows are widened to f32 (int8 rows without their scale, which the caller
+// applies to the scores).
 //
 // Prefill (rows along vector lanes): the queries are packed transposed in panels, and each key is
 // broadcast from its K row in place, so the softmax after it is vertical. Decode (few rows): dot
@@ -9,9 +11,8 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class KvT, int kDk>
+template <class KT, int kDk>
 struct ScoreTiles {
-  static_assert(std::is_same_v<KvT, float>, "f32 K tiles");
   using S = Simd;
   using V = S::V;
   static constexpr int L = S::kLanes;
@@ -34,7 +35,7 @@ struct ScoreTiles {
 
   // S^T[k, r] for KB keys and RV row vectors of one panel: sum_d K[k, d] * q[d, r].
   template <int KB, int RV>
-  GATED_ATTENTION_ALWAYS_INLINE static void panel_tile(const KvT* keys, std::int64_t key_stride,
+  GATED_ATTENTION_ALWAYS_INLINE static void panel_tile(const float* keys, std::int64_t key_stride,
                                                        const float* panel, std::int64_t dk,
                                                        float* scores, std::int64_t row_stride) {
     V acc[KB][RV];
@@ -65,7 +66,7 @@ struct ScoreTiles {
   // The last count < KB keys of a block in one tile of count keys: a tile per key would leave one
   // accumulator chain per row vector, bound by the FMA latency.
   template <int RV, int KB>
-  static void panel_remainder(std::int64_t count, const KvT* keys, std::int64_t key_stride,
+  static void panel_remainder(std::int64_t count, const float* keys, std::int64_t key_stride,
                               const float* panel, std::int64_t dk, float* s,
                               std::int64_t row_stride) {
     if constexpr (KB > 0) {
@@ -78,7 +79,7 @@ struct ScoreTiles {
   }
 
   template <int KB, int RV>
-  GATED_ATTENTION_ALWAYS_INLINE static void panel_scores(const KvT* keys, std::int64_t key_stride,
+  GATED_ATTENTION_ALWAYS_INLINE static void panel_scores(const float* keys, std::int64_t key_stride,
                                                          std::int64_t num_keys, const float* panel,
                                                          std::int64_t dk, float* s,
                                                          std::int64_t row_stride) {
@@ -93,10 +94,33 @@ struct ScoreTiles {
     }
   }
 
-  // S^T [num_keys, rows_v] from the query panels.
-  static void prefill_scores(const KvT* keys, std::int64_t key_stride, std::int64_t num_keys,
+  // S^T [num_keys, rows_v] from the query panels; K rows of another type than f32 are first
+  // widened into `staging` ([num_keys, dk] floats), once for every panel.
+  static void prefill_scores(const KT* keys, std::int64_t key_stride, std::int64_t num_keys,
                              const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
-                             std::int64_t row_stride) {
+                             std::int64_t row_stride, float* staging) {
+    if constexpr (std::is_same_v<KT, float>) {
+      panels(keys, key_stride, num_keys, q_t, rows_v, dk, s, row_stride);
+    } else {
+      const std::int64_t depth = head_dim<kDk>(dk);
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        for (std::int64_t d = 0; d < depth; d += L) {
+          const int count = static_cast<int>(std::min<std::int64_t>(L, depth - d));
+          const V x = load_row_part(keys + n * key_stride + d, count);
+          if (count == L) {
+            S::store(staging + n * depth + d, x);
+          } else {
+            S::store_partial(staging + n * depth + d, x, count);
+          }
+        }
+      }
+      panels(staging, depth, num_keys, q_t, rows_v, dk, s, row_stride);
+    }
+  }
+
+  static void panels(const float* keys, std::int64_t key_stride, std::int64_t num_keys,
+                     const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
+                     std::int64_t row_stride) {
     constexpr int KB = Tuning::kScoreTileKeys, RV = Tuning::kScoreTileRowVectors;
     const std::int64_t whole = whole_panel_rows(rows_v);
     for (std::int64_t r = 0; r < whole; r += kPanelRows) {
@@ -114,10 +138,29 @@ struct ScoreTiles {
   static constexpr int kDotTileRows = 4;
   static constexpr int kDotTileKeys = std::min(4, Tuning::kTileAccumulators / kDotTileRows);
 
-  // S^T[k, r] for KB keys and RB rows; q_rows is [rows, q_stride], zero-padded to whole vectors.
-  // ahead: `lines` lines fetched, spread over the tile's steps along d.
+  // bf16 K rows are read a pair of vectors at a time (Simd::load_pairs: even and odd elements),
+  // so each whole chunk of kStep elements of a packed q row holds its even elements, then its odd
+  // ones (order_query); a tail shorter than kStep stays in order.
+  static constexpr bool kPairs = std::is_same_v<KT, bf16>;
+  static constexpr int kStep = kPairs ? 2 * L : L;
+  static std::int64_t whole_steps(std::int64_t depth) { return depth / kStep * kStep; }
+  static void order_query(float* row, std::int64_t depth) {
+    if constexpr (kPairs) {
+      float chunk[kStep];
+      for (std::int64_t d = 0; d < whole_steps(depth); d += kStep) {
+        for (int i = 0; i < L; ++i) {
+          chunk[i] = row[d + 2 * i];
+          chunk[L + i] = row[d + 2 * i + 1];
+        }
+        std::copy(chunk, chunk + kStep, row + d);
+      }
+    }
+  }
+
+  // S^T[k, r] for KB keys and RB rows; q_rows is [rows, q_stride], zero-padded to whole vectors
+  // and in order_query's order. ahead: `lines` lines fetched, spread over the tile's steps along d.
   template <int KB, int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const KvT* keys, std::int64_t key_stride,
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const KT* keys, std::int64_t key_stride,
                                                      const float* q_rows, std::int64_t q_stride,
                                                      std::int64_t dk, float* scores,
                                                      std::int64_t row_stride, LineCursor& ahead,
@@ -129,23 +172,31 @@ struct ScoreTiles {
       for (int r = 0; r < RB; ++r) acc[k][r] = S::zero();
     }
     const std::int64_t depth = head_dim<kDk>(dk);
-    const std::int64_t whole = depth / L * L;
-    const std::int64_t steps = whole / L;
+    const std::int64_t whole = whole_steps(depth);
+    const std::int64_t steps = whole / kStep;
     const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
     GATED_ATTENTION_UNROLL_PARTLY
-    for (std::int64_t d = 0; d < whole; d += L) {
+    for (std::int64_t d = 0; d < whole; d += kStep) {
       ahead.fetch(per_step);
       V kv[KB];
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = S::load_pinned(keys + k * key_stride + d);
-      dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
+      if constexpr (kPairs) {
+        V odd[KB];
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) S::load_pairs(keys + k * key_stride + d, kv[k], odd[k]);
+        dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
+        dot_step<KB, RB>(acc, odd, q_rows + d + L, q_stride);
+      } else {
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) kv[k] = load_row_vector(keys + k * key_stride + d);
+        dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
+      }
     }
-    if (whole < depth) {
-      const int tail = static_cast<int>(depth - whole);
+    for (std::int64_t d = whole; d < depth; d += L) {
+      const int count = static_cast<int>(std::min<std::int64_t>(L, depth - d));
       V kv[KB];
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + whole, tail);
-      dot_step<KB, RB>(acc, kv, q_rows + whole, q_stride);
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + d, count);
+      dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
     }
     ahead.fetch(lines - per_step * steps);
     store_dot_sums<KB, RB>(acc, scores, row_stride);
@@ -182,7 +233,7 @@ struct ScoreTiles {
 
   // The block's keys for RB rows, kDotTileKeys at a time.
   template <int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const KvT* keys, std::int64_t key_stride,
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const KT* keys, std::int64_t key_stride,
                                                      std::int64_t num_keys, const float* q_rows,
                                                      std::int64_t q_stride, std::int64_t dk,
                                                      float* s, std::int64_t row_stride,
@@ -203,7 +254,7 @@ struct ScoreTiles {
   // The last count < KB keys in one tile of count keys (a tile per key would leave RB
   // accumulator chains, bound by the FMA latency).
   template <int RB, int KB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(std::int64_t count, const KvT* keys,
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(std::int64_t count, const KT* keys,
                                                           std::int64_t key_stride,
                                                           const float* q_rows,
                                                           std::int64_t q_stride, std::int64_t dk,
@@ -221,7 +272,7 @@ struct ScoreTiles {
 
   // A group of `rows` <= RB rows, by its compile-time row count.
   template <int RB = kDotTileRows>
-  static void dot_group(std::int64_t rows, const KvT* keys, std::int64_t key_stride,
+  static void dot_group(std::int64_t rows, const KT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
                         std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
                         std::int64_t lines_per_tile) {
@@ -242,7 +293,7 @@ struct ScoreTiles {
   // one phase"). q_rows: head h at q_rows + h * q_head_stride. ahead: rows (the V rows the next
   // phase reads) fetched by the tiles in even shares, spread over each tile's steps along d, and
   // all of them by the end.
-  static void decode_scores(std::int64_t heads, std::int64_t rows, const KvT* keys,
+  static void decode_scores(std::int64_t heads, std::int64_t rows, const KT* keys,
                             std::int64_t key_stride, std::int64_t key_head_stride,
                             std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
                             std::int64_t q_stride, std::int64_t dk, float* s,

@@ -5,33 +5,33 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KvT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv>
 struct SdpaKernel {
   static_assert(std::is_same_v<T, float>, "f32 activations");
 
   // The task's rows, keys and scratch, with the running softmax state reset.
-  static UnitWork<T, KvT> start(const SdpaContext<T, KvT>& ctx, std::int64_t task_index,
-                                int worker) {
-    const SdpaArgs<T, KvT>& a = *ctx.args;
+  static UnitWork<T, KT, VT> start(const SdpaContext<T, KT, VT>& ctx, std::int64_t task_index,
+                                   int worker) {
+    const SdpaArgs<T, KT, VT>& a = *ctx.args;
     const SdpaPlan& p = *ctx.plan;
     const SdpaWorkerScratch& w = ctx.layout->workers[worker];
     const SdpaUnit unit = unit_at(p, task_index / p.splits);
     const std::int64_t i0 = unit.q_block * p.q_block;
     const std::int64_t nq = std::min(p.q_block, p.q_len - i0);
-    UnitWork<T, KvT> u{a,
-                       p,
-                       w,
-                       ctx.scale_log2,
-                       unit,
-                       head_dim<kDk>(p.dk),
-                       head_dim<kDv>(p.dv),
-                       i0,
-                       nq * p.group,
-                       round_up(nq * p.group, Simd::kLanes),
-                       p.unit_heads,
-                       0,
-                       0,
-                       a.stats.sink_share.data != nullptr};
+    UnitWork<T, KT, VT> u{a,
+                          p,
+                          w,
+                          ctx.scale_log2,
+                          unit,
+                          head_dim<kDk>(p.dk),
+                          head_dim<kDv>(p.dv),
+                          i0,
+                          nq * p.group,
+                          round_up(nq * p.group, Simd::kLanes),
+                          p.unit_heads,
+                          0,
+                          0,
+                          a.stats.sink_share.data != nullptr};
     const std::int64_t valid = a.maybe_kv_lens ? a.maybe_kv_lens[unit.batch] : p.kv_len;
     visible_keys(a, p, w, valid, i0, nq, u.rows_v, &u.begin, &u.end);
     if (p.splits > 1) {  // this split's share, in whole blocks
@@ -50,8 +50,8 @@ struct SdpaKernel {
   }
 
   // Every row through the epilogue.
-  static void finish_rows(const UnitWork<T, KvT>& u) {
-    using Finish = Epilogue<T, KvT, kDv>;
+  static void finish_rows(const UnitWork<T, KT, VT>& u) {
+    using Finish = Epilogue<T, KT, VT, kDv>;
     const std::int64_t g = u.plan.group, rs = u.plan.row_stride, dvp = u.plan.dv_padded;
     for (std::int64_t h = 0; h < u.heads; ++h) {
       const SdpaUnit head_unit{u.unit.batch, u.unit.kv_head + h, u.unit.q_block};
@@ -66,7 +66,7 @@ struct SdpaKernel {
   }
 
   // The split's partial result (O, max, sum, sink mass) for the merge phase.
-  static void store_partial(const UnitWork<T, KvT>& u, const SdpaLayout& l,
+  static void store_partial(const UnitWork<T, KT, VT>& u, const SdpaLayout& l,
                             std::int64_t task_index) {
     const std::int64_t rs = u.plan.row_stride, size = u.out_size();
     for (std::int64_t h = 0; h < u.heads; ++h) {
@@ -83,13 +83,13 @@ struct SdpaKernel {
 
   static void task(void* context, std::int64_t task_index, int worker) {
     const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
-    const auto& ctx = *static_cast<const SdpaContext<T, KvT>*>(context);
-    const UnitWork<T, KvT> u = start(ctx, task_index, worker);
+    const auto& ctx = *static_cast<const SdpaContext<T, KT, VT>*>(context);
+    const UnitWork<T, KT, VT> u = start(ctx, task_index, worker);
     if (u.begin < u.end) {
       if (ctx.plan->regime == SdpaRegime::decode) {
-        DecodeBlocks<T, KvT, kDk, kDv>::run(u);
+        DecodeBlocks<T, KT, VT, kDk, kDv>::run(u);
       } else {
-        PrefillBlocks<T, KvT, kDk, kDv>::run(u);
+        PrefillBlocks<T, KT, VT, kDk, kDv>::run(u);
       }
     }
     if (ctx.plan->splits == 1) {
@@ -101,23 +101,23 @@ struct SdpaKernel {
 };
 
 // The task function for a head-dim pair: compile-time dims for the common sizes.
-template <class T, class KvT>
+template <class T, class KT, class VT>
 TaskFn sdpa_task_fn(std::int64_t dk, std::int64_t dv) {
   if (dk == dv) {
     switch (dk) {
       case 64:
-        return &SdpaKernel<T, KvT, 64, 64>::task;
+        return &SdpaKernel<T, KT, VT, 64, 64>::task;
       case 80:
-        return &SdpaKernel<T, KvT, 80, 80>::task;
+        return &SdpaKernel<T, KT, VT, 80, 80>::task;
       case 96:
-        return &SdpaKernel<T, KvT, 96, 96>::task;
+        return &SdpaKernel<T, KT, VT, 96, 96>::task;
       case 128:
-        return &SdpaKernel<T, KvT, 128, 128>::task;
+        return &SdpaKernel<T, KT, VT, 128, 128>::task;
       case 256:
-        return &SdpaKernel<T, KvT, 256, 256>::task;
+        return &SdpaKernel<T, KT, VT, 256, 256>::task;
       default:
         break;
     }
   }
-  return &SdpaKernel<T, KvT, 0, 0>::task;
+  return &SdpaKernel<T, KT, VT, 0, 0>::task;
 }

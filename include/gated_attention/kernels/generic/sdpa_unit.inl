@@ -4,9 +4,9 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KvT>
+template <class T, class KT, class VT>
 struct UnitWork {
-  const SdpaArgs<T, KvT>& args;
+  const SdpaArgs<T, KT, VT>& args;
   const SdpaPlan& plan;
   const SdpaWorkerScratch& w;
   float scale_log2;
@@ -26,12 +26,24 @@ struct UnitWork {
     const std::int64_t g = plan.group;
     return r < rows ? &args.q(unit.batch, i0 + r / g, unit.kv_head + h, r % g, 0) : nullptr;
   }
+  // Rows [n0, n0 + nb) of head h's S^T or P^T (`cols` of each, `stride` apart) times the keys'
+  // row scales: the tiles read int8 rows without them. S^T takes the K scales before the
+  // softmax, P^T the V scales after it (so that the softmax sums stay those of P).
+  void scale_by_rows(const TensorView<const float, 3>& scales, std::int64_t h, float* t,
+                     std::int64_t n0, std::int64_t nb, std::int64_t cols,
+                     std::int64_t stride) const {
+    for (std::int64_t n = 0; n < nb; ++n) {
+      const float factor = scales(unit.batch, n0 + n, unit.kv_head + h);
+      float* row = t + n * stride;
+      for (std::int64_t c = 0; c < cols; ++c) row[c] *= factor;
+    }
+  }
 };
 
 // Writes each row's visible keys [key_lo, key_hi] (by index arithmetic: causal bottom-right,
 // windows, kv_lens) and returns their union as [begin, end); padded rows see no key.
-template <class T, class KvT>
-void visible_keys(const SdpaArgs<T, KvT>& a, const SdpaPlan& p, const SdpaWorkerScratch& w,
+template <class T, class KT, class VT>
+void visible_keys(const SdpaArgs<T, KT, VT>& a, const SdpaPlan& p, const SdpaWorkerScratch& w,
                   std::int64_t valid, std::int64_t i0, std::int64_t nq, std::int64_t rows_v,
                   std::int64_t* begin, std::int64_t* end) {
   const std::int64_t g = p.group;
@@ -82,8 +94,8 @@ inline BlockVisibility block_visibility(const SdpaWorkerScratch& w, std::int64_t
 
 // Head h's softmax over one block of scores (S^T becomes P^T): masked where some row does not
 // see every key, the running max, sum and sink mass updated, the output so far rescaled.
-template <class T, class KvT>
-void update_softmax(const UnitWork<T, KvT>& u, std::int64_t h, float* scores, std::int64_t n0,
+template <class T, class KT, class VT>
+void update_softmax(const UnitWork<T, KT, VT>& u, std::int64_t h, float* scores, std::int64_t n0,
                     std::int64_t nb, std::int64_t score_rows, std::int64_t score_stride,
                     bool all_visible) {
   const SdpaWorkerScratch& w = u.w;

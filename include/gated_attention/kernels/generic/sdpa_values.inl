@@ -1,5 +1,6 @@
 // Value tiles: O [rows, dv] += P V for one block of keys, P^T [keys, rows] as the softmax left it.
-// They depend on the V element type and dv only: a new V type is a new tile.
+// They depend on the V element type and dv only: a new V type is a new tile. 16- and 8-bit V
+// rows are widened to f32 (int8 rows without their scale, which the caller folds into P).
 //
 // Prefill packs each V block by vector column once and reuses it for every row block. Decode
 // reads V rows in place (with a compile-time dv that is whole vectors), each tile fetching what a
@@ -9,9 +10,8 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class KvT, int kDv>
+template <class VT, int kDv>
 struct ValueTiles {
-  static_assert(std::is_same_v<KvT, float>, "f32 V tiles");
   using S = Simd;
   using V = S::V;
   static constexpr int L = S::kLanes;
@@ -22,15 +22,16 @@ struct ValueTiles {
 
   // Whether every value of num_keys V rows is finite (then a zero weight times any of them is 0,
   // and a block some rows see only in part can take the tiles below).
-  static bool values_finite(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+  static bool values_finite(const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                             std::int64_t dv) {
+    if constexpr (std::is_same_v<VT, std::int8_t>) return true;  // and finite scales
     const V zero = S::zero();
     V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const KvT* row = values + n * value_stride;
+      const VT* row = values + n * value_stride;
       for (std::int64_t c = 0; c < dv; c += L) {
         const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
-        const V x = count == L ? S::load(row + c) : S::load_partial(row + c, count);
+        const V x = load_row_part(row + c, count);
         non_finite = S::fma(x, zero, non_finite);
       }
     }
@@ -40,7 +41,7 @@ struct ValueTiles {
   // O[r] += sum_n P^T[n, r] V[n] over the keys whose weight is not zero: exact where V holds NaN
   // or Inf (0 * NaN is NaN).
   static void accumulate_skipping_zero_weights(const float* p, std::int64_t row_stride,
-                                               std::int64_t rows, const KvT* values,
+                                               std::int64_t rows, const VT* values,
                                                std::int64_t value_stride, std::int64_t num_keys,
                                                std::int64_t dv, float* out,
                                                std::int64_t out_stride) {
@@ -50,7 +51,7 @@ struct ValueTiles {
         const float weight = p[n * row_stride + r];
         if (weight == 0.0f) continue;
         const V wv = S::set1(weight);
-        const KvT* row = values + n * value_stride;
+        const VT* row = values + n * value_stride;
         for (std::int64_t c = 0; c < dv; c += L) {
           const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
           if (count == L) {
@@ -68,7 +69,7 @@ struct ValueTiles {
   // For a block that some rows see only in part: accumulates it exactly and returns true when V
   // holds NaN or Inf; returns false (nothing done) when it is finite.
   static bool accumulate_if_not_finite(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                       const KvT* values, std::int64_t value_stride,
+                                       const VT* values, std::int64_t value_stride,
                                        std::int64_t num_keys, std::int64_t dv, float* out,
                                        std::int64_t out_stride) {
     if (values_finite(values, value_stride, num_keys, dv)) return false;
@@ -82,10 +83,10 @@ struct ValueTiles {
   static constexpr std::int64_t kPackedColumn = kKvBlock * L + kPackedColumnPadding;
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[j * kPackedColumn + n * L],
   // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
-  static void pack(const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+  static void pack(const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                    std::int64_t dv, std::int64_t dv_padded, float* packed) {
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const KvT* row = values + n * value_stride;
+      const VT* row = values + n * value_stride;
       for (std::int64_t j = 0; j * L < dv_padded; ++j) {
         const std::int64_t c = j * L;
         const V x = c + L <= dv ? S::load(row + c)
@@ -195,10 +196,10 @@ struct ValueTiles {
   // acc[r] += p[r] v for one key's weights p and V row v.
   template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_key(V (&acc)[RB][CV], const float* p,
-                                                         const KvT* v) {
+                                                         const VT* v) {
     V x[CV];
     GATED_ATTENTION_UNROLL
-    for (int c = 0; c < CV; ++c) x[c] = S::load_pinned(v + c * L);
+    for (int c = 0; c < CV; ++c) x[c] = load_row_vector(v + c * L);
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       const V pb = S::set1(p[r]);
@@ -214,7 +215,7 @@ struct ValueTiles {
   // tile: runtime key-count division").
   template <int RB, int CV, int NK>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_tile(const float* p, std::int64_t row_stride,
-                                                          const KvT* values,
+                                                          const VT* values,
                                                           std::int64_t value_stride,
                                                           std::int64_t num_keys, float* out,
                                                           std::int64_t out_stride,
@@ -226,7 +227,7 @@ struct ValueTiles {
       GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
-    const KvT* row = values;
+    const VT* row = values;
     const std::int64_t per_key = num_keys > 0 ? (lines + num_keys - 1) / num_keys : 0;
     if constexpr (NK > 0) {
       GATED_ATTENTION_UNROLL
@@ -250,10 +251,12 @@ struct ValueTiles {
 
   // A group of `rows` <= RB rows, by its compile-time row count.
   template <int NK, int RB = kInPlaceTileRows>
-  GATED_ATTENTION_ALWAYS_INLINE static void in_place_rows(
-      std::int64_t rows, const float* p, std::int64_t row_stride, const KvT* values,
-      std::int64_t value_stride, std::int64_t num_keys, float* out, std::int64_t out_stride,
-      LineCursor& ahead, std::int64_t lines) {
+  GATED_ATTENTION_ALWAYS_INLINE static void in_place_rows(std::int64_t rows, const float* p,
+                                                          std::int64_t row_stride, const VT* values,
+                                                          std::int64_t value_stride,
+                                                          std::int64_t num_keys, float* out,
+                                                          std::int64_t out_stride,
+                                                          LineCursor& ahead, std::int64_t lines) {
     if constexpr (RB > 0 && kInPlace) {
       if (rows == RB) {
         in_place_tile<RB, kInPlaceTileVectors, NK>(p, row_stride, values, value_stride, num_keys,
@@ -268,7 +271,7 @@ struct ValueTiles {
   // One group of keys for every row and column chunk; NK > 0: num_keys is NK.
   template <int NK>
   static void in_place_group(const float* p, std::int64_t row_stride, std::int64_t rows,
-                             const KvT* values, std::int64_t value_stride, std::int64_t num_keys,
+                             const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                              float* out, std::int64_t out_stride, LineCursor& ahead,
                              std::int64_t lines_per_tile, LineCursor& next_values,
                              std::int64_t next_lines_per_tile) {
@@ -287,7 +290,7 @@ struct ValueTiles {
   // the next group's V rows. ahead: rows (the K rows read next) fetched by the tiles in even
   // shares, spread over each tile's keys, and all of them by the end. Requires kInPlace.
   static void accumulate_in_place(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                  const KvT* values, std::int64_t value_stride,
+                                  const VT* values, std::int64_t value_stride,
                                   std::int64_t num_keys, float* out, std::int64_t out_stride,
                                   const RowPrefetch& ahead) {
     if constexpr (kInPlace) {
@@ -300,9 +303,9 @@ struct ValueTiles {
         const std::int64_t keys = std::min(kInPlaceKeys, num_keys - n);
         LineCursor next_values{
             RowPrefetch{values + (n + kInPlaceKeys) * value_stride,
-                        static_cast<std::int64_t>(value_stride * sizeof(KvT)),
+                        static_cast<std::int64_t>(value_stride * sizeof(VT)),
                         std::clamp<std::int64_t>(num_keys - n - kInPlaceKeys, 0, kInPlaceKeys),
-                        static_cast<std::int64_t>(kDv * sizeof(KvT))}};
+                        static_cast<std::int64_t>(kDv * sizeof(VT))}};
         const std::int64_t next_lines = (next_values.lines() + group_tiles - 1) / group_tiles;
         if (keys == Tuning::kDecodeBlock && out_stride == kDvPadded) {
           in_place_group<Tuning::kDecodeBlock>(

@@ -25,6 +25,32 @@ struct Simd {
     vst1q_f32(lanes, v);
     for (int i = 0; i < n; ++i) p[i] = lanes[i];
   }
+  // 16- and 8-bit elements widened to f32 (bf16 by shift, f16 by vcvt, int8 exactly).
+  static V load(const bf16* p) {
+    return vreinterpretq_f32_u32(
+        vshll_n_u16(vld1_u16(reinterpret_cast<const std::uint16_t*>(p)), 16));
+  }
+  static V load(const f16* p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const std::uint16_t*>(p))));
+  }
+  static V load(const std::int8_t* p) {
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof word);
+    const int16x8_t wide = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(word)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
+  }
+  // p[0, 2 kLanes) as f32: even = p[0], p[2], ...; odd = p[1], p[3], ...
+  static void load_pairs(const bf16* p, V& even, V& odd) {
+    const uint32x4_t x = vld1q_u32(reinterpret_cast<const std::uint32_t*>(p));
+    even = vreinterpretq_f32_u32(vshlq_n_u32(x, 16));
+    odd = vreinterpretq_f32_u32(vandq_u32(x, vdupq_n_u32(0xffff0000u)));
+  }
+  template <class E>
+  static V load_partial(const E* p, int n) {
+    E lanes[kLanes] = {};
+    std::memcpy(lanes, p, static_cast<std::size_t>(n) * sizeof(E));
+    return load(lanes);
+  }
   static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
   static V mul(V a, V b) { return vmulq_f32(a, b); }
   static V add(V a, V b) { return vaddq_f32(a, b); }

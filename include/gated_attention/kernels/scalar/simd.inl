@@ -18,6 +18,18 @@ struct Simd {
   static void store_partial(float* p, V v, int n) {
     if (n > 0) *p = v;
   }
+  // 16- and 8-bit elements widened to f32.
+  static V load(const bf16* p) { return to_float(*p); }
+  static V load(const f16* p) { return to_float(*p); }
+  static V load(const std::int8_t* p) { return static_cast<float>(*p); }
+  static void load_pairs(const bf16* p, V& even, V& odd) {
+    even = to_float(p[0]);
+    odd = to_float(p[1]);
+  }
+  template <class E>
+  static V load_partial(const E* p, int n) {
+    return n > 0 ? load(p) : 0.0f;
+  }
   static V fma(V a, V b, V c) { return a * b + c; }
   static V mul(V a, V b) { return a * b; }
   static V add(V a, V b) { return a + b; }
