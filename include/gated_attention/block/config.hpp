@@ -211,21 +211,25 @@ TensorView<T, 5> gate_view(const BlockConfig& c, const TensorView<T, 3>& gate_so
 }
 
 // A KV cache: slots for num_seqs sequences of up to `capacity` tokens. The caller owns the memory;
-// forward appends each sequence's new tokens at lengths[s] and advances lengths[s].
-template <class T>
+// forward appends each sequence's new tokens at lengths[s] and advances lengths[s]. Elements:
+// float, bf16, f16 (rounded to nearest even) or std::int8_t (rows quantised as ops/store_kv does,
+// their scales in maybe_k_scales / maybe_v_scales).
+template <class KvT>
 struct KvCacheView {
-  TensorView<T, 4> k;               // [num_seqs, capacity, num_kv_heads, head_dim]
-  TensorView<T, 4> v;               // [num_seqs, capacity, num_kv_heads, head_dim]
-  std::int64_t* lengths = nullptr;  // [num_seqs] tokens held per sequence
+  TensorView<KvT, 4> k;                      // [num_seqs, capacity, num_kv_heads, head_dim]
+  TensorView<KvT, 4> v;                      // [num_seqs, capacity, num_kv_heads, head_dim]
+  std::int64_t* lengths = nullptr;           // [num_seqs] tokens held per sequence
+  TensorView<float, 3> maybe_k_scales = {};  // [num_seqs, capacity, num_kv_heads]: int8 only
+  TensorView<float, 3> maybe_v_scales = {};  // [num_seqs, capacity, num_kv_heads]: int8 only
 };
 
 // Checks one forward call's views: x and y [b, len, hidden], positions [b, len], and a cache with
 // room for len more tokens in each of its first b sequences.
-template <class T>
+template <class T, class KvT>
 Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
                         const TensorView<const T, 3>& x,
                         const TensorView<const std::int64_t, 2>& positions,
-                        const KvCacheView<T>& cache, const TensorView<T, 3>& y) {
+                        const KvCacheView<KvT>& cache, const TensorView<T, 3>& y) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("x", x, {-1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
@@ -238,6 +242,11 @@ Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("cache.k", cache.k, {-1, -1, c.num_kv_heads, c.head_dim}, cache_dims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.v", cache.v, cache.k.extents, cache_dims));
+  const auto& e = cache.k.extents;
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::check_row_scales<KvT>(
+      "cache.k_scales", "K cache", cache.maybe_k_scales, {e[0], e[1], e[2]}));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::check_row_scales<KvT>(
+      "cache.v_scales", "V cache", cache.maybe_v_scales, {e[0], e[1], e[2]}));
   if (cache.k.extents[0] < batch) {
     return Status::error(StatusCode::invalid_argument,
                          "cache.k: dim 0 (sequences): expected >= %lld (batch), got %lld",

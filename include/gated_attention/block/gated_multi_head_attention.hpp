@@ -33,19 +33,21 @@
 #include "gated_attention/ops/rms_norm.hpp"
 #include "gated_attention/ops/rope.hpp"
 #include "gated_attention/ops/sdpa.hpp"
+#include "gated_attention/ops/store_kv.hpp"
 
 namespace gated_attention {
 
-template <class T>
+template <class T, class KvT = T>
 struct BlockForwardArgs {
   TensorView<const T, 3> x;                     // [b, len, hidden] new tokens of b sequences
   TensorView<const std::int64_t, 2> positions;  // [b, len] RoPE position of each token
-  KvCacheView<T> cache;                         // sequences 0..b-1 receive the new tokens
+  KvCacheView<KvT> cache;                       // sequences 0..b-1 receive the new tokens
   TensorView<T, 3> y;                           // [b, len, hidden]; may be x itself
   AttentionStats stats;                         // optional, [b, len, kv_heads, group]
 };
 
-template <class T>
+// T: the activations and weights; KvT: the cache's elements (float, bf16, f16 or std::int8_t).
+template <class T, class KvT = T>
 class GatedMultiHeadAttention {
  public:
   // Phases of run_phase(), in order.
@@ -66,7 +68,7 @@ class GatedMultiHeadAttention {
   const BlockConfig& config() const { return config_; }
   const BlockWeights<T>& weights() const { return weights_; }
 
-  Status can_implement(const BlockForwardArgs<T>& args) const {
+  Status can_implement(const BlockForwardArgs<T, KvT>& args) const {
     GATED_ATTENTION_RETURN_IF_ERROR(
         validate_forward(config_, weights_, args.x, args.positions, args.cache, args.y));
     GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
@@ -81,19 +83,19 @@ class GatedMultiHeadAttention {
 
   // Bytes of workspace for calls with these shapes (x, y and the cache's capacity), any cached
   // lengths; 0 for arguments can_implement() rejects (forward() then reports why).
-  std::size_t workspace_size(const BlockForwardArgs<T>& args, int num_workers) const {
+  std::size_t workspace_size(const BlockForwardArgs<T, KvT>& args, int num_workers) const {
     if (!can_implement(args).is_ok()) return 0;
     Workspace counting = Workspace::counting();
     carve(counting, args, num_workers);
     return counting.bytes_needed();
   }
-  std::size_t workspace_size(const BlockForwardArgs<T>& args, const Executor& executor) const {
+  std::size_t workspace_size(const BlockForwardArgs<T, KvT>& args, const Executor& executor) const {
     return workspace_size(args, executor.num_workers);
   }
 
   static constexpr int num_phases() { return kNumPhases; }
 
-  Status forward(const BlockForwardArgs<T>& args, Workspace workspace,
+  Status forward(const BlockForwardArgs<T, KvT>& args, Workspace workspace,
                  const Executor& executor = {}) const {
     GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
     Workers workers;
@@ -106,7 +108,7 @@ class GatedMultiHeadAttention {
 
   // Worker ith of nth runs its share of `phase`. Every worker passes the same arguments and
   // workspace; the engine puts a barrier between phases. kCommit does not validate again.
-  Status run_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase, int ith,
+  Status run_phase(const BlockForwardArgs<T, KvT>& args, Workspace workspace, int phase, int ith,
                    int nth) const {
     if (nth < 1 || ith < 0 || ith >= nth) {
       return Status::error(StatusCode::invalid_argument,
@@ -168,21 +170,28 @@ class GatedMultiHeadAttention {
   };
 
   // [b, len, width] rows of a buffer.
-  static TensorView<T, 3> rows_of(const BlockForwardArgs<T>& args, T* data, std::int64_t width) {
+  static TensorView<T, 3> rows_of(const BlockForwardArgs<T, KvT>& args, T* data,
+                                  std::int64_t width) {
     return TensorView<T, 3>::contiguous(data, {args.x.extents[0], args.x.extents[1], width});
   }
 
   // The SDPA arguments over the new queries and the cache; kv_len_extent keys of the cache.
-  SdpaArgs<T, T> attention_args(const BlockForwardArgs<T>& args, const Buffers& buf,
-                                std::int64_t kv_len_extent) const {
+  SdpaArgs<T, KvT, KvT> attention_args(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
+                                       std::int64_t kv_len_extent) const {
     const BlockConfig& c = config_;
     const auto q_rows = rows_of(args, buf.q_proj_out, c.q_proj_rows());
-    SdpaArgs<T, T> a;
+    SdpaArgs<T, KvT, KvT> a;
     a.q = q_view(c, q_rows);
     a.k = args.cache.k;
     a.v = args.cache.v;
     a.k.extents[0] = a.v.extents[0] = args.x.extents[0];
     a.k.extents[1] = a.v.extents[1] = kv_len_extent;
+    if constexpr (std::is_same_v<KvT, std::int8_t>) {
+      a.maybe_k_scales = args.cache.maybe_k_scales;
+      a.maybe_v_scales = args.cache.maybe_v_scales;
+      a.maybe_k_scales.extents[0] = a.maybe_v_scales.extents[0] = args.x.extents[0];
+      a.maybe_k_scales.extents[1] = a.maybe_v_scales.extents[1] = kv_len_extent;
+    }
     a.out = TensorView<T, 5>::contiguous(buf.attn, {args.x.extents[0], args.x.extents[1],
                                                     c.num_kv_heads, c.group_size(), c.head_dim});
     a.scale = c.scale;
@@ -198,14 +207,14 @@ class GatedMultiHeadAttention {
   }
 
   // The attention's sizes for a forward call: its workspace depends on nothing else.
-  SdpaShape attention_shape(const BlockForwardArgs<T>& args) const {
+  SdpaShape attention_shape(const BlockForwardArgs<T, KvT>& args) const {
     const BlockConfig& c = config_;
     return {args.x.extents[0], args.x.extents[1], args.cache.k.extents[1],
             c.num_kv_heads,    c.group_size(),    c.head_dim,
             c.head_dim};
   }
 
-  void carve(Workspace& ws, const BlockForwardArgs<T>& args, int num_workers,
+  void carve(Workspace& ws, const BlockForwardArgs<T, KvT>& args, int num_workers,
              Buffers* out = nullptr) const {
     const BlockConfig& c = config_;
     const auto rows = static_cast<std::size_t>(args.x.extents[0] * args.x.extents[1]);
@@ -231,7 +240,7 @@ class GatedMultiHeadAttention {
   }
 
   // Validated arguments: carves the workspace and runs `phase` on these workers.
-  Status run_checked_phase(const BlockForwardArgs<T>& args, Workspace workspace, int phase,
+  Status run_checked_phase(const BlockForwardArgs<T, KvT>& args, Workspace workspace, int phase,
                            const Workers& workers) const {
     if constexpr (!std::is_same_v<T, float>) {
       (void)args, (void)workspace, (void)phase, (void)workers;
@@ -265,7 +274,7 @@ class GatedMultiHeadAttention {
   }
 
   // kProject: q (with the gate unless separate), the separate gate, k and v, from x.
-  Status project_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+  Status project_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
                        const Workers& workers) const {
     const BlockConfig& c = config_;
     Projection projs[4];
@@ -285,7 +294,7 @@ class GatedMultiHeadAttention {
   }
 
   // kOutput: y = attn W_o^T (+ bias).
-  Status output_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+  Status output_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
                       const Workers& workers) const {
     Projection o_proj;
     o_proj.weight = weights_.o_proj;
@@ -343,7 +352,7 @@ class GatedMultiHeadAttention {
 
   // kPrepare: norm and RoPE of q and k, k and v into the cache, in chunks of kPrepareTokens
   // tokens; one more task writes the key lengths the attention reads.
-  void prepare_phase(const BlockForwardArgs<T>& args, const Buffers& buf,
+  void prepare_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
                      const Workers& workers) const {
     const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
     const std::int64_t tokens = batch * len;
@@ -362,7 +371,7 @@ class GatedMultiHeadAttention {
   }
 
   // Norm, RoPE and cache append of token `token` (b * len + t).
-  void prepare_token(const BlockForwardArgs<T>& args, const Buffers& buf, std::int64_t token,
+  void prepare_token(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, std::int64_t token,
                      RopeAngles& angles) const {
     const BlockConfig& c = config_;
     const std::int64_t len = args.x.extents[1], d = c.head_dim;
@@ -383,29 +392,34 @@ class GatedMultiHeadAttention {
     }
     const std::int64_t slot = args.cache.lengths[b] + t;
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
-      const T* k = buf.k_proj_out + token * c.kv_width() + h * d;
+      T* k = buf.k_proj_out + token * c.kv_width() + h * d;  // normed and rotated in place
       const T* v = buf.v_proj_out + token * c.kv_width() + h * d;
-      T* k_cached = &args.cache.k(b, slot, h, 0);
-      T* v_cached = &args.cache.v(b, slot, h, 0);
       if (c.qk_norm != QkNorm::none) {
-        rms_norm_row(k, k_cached, d, weights_.maybe_k_norm, c.rms_norm_eps, weighting);
-      } else {
-        std::copy(k, k + d, k_cached);
+        rms_norm_row(k, k, d, weights_.maybe_k_norm, c.rms_norm_eps, weighting);
       }
-      if (rope) rope_row(k_cached, k_cached, d, c.rotary_dim, angles);
-      std::copy(v, v + d, v_cached);
+      if (rope) rope_row(k, k, d, c.rotary_dim, angles);
+      append_row(k, &args.cache.k(b, slot, h, 0), args.cache.maybe_k_scales, b, slot, h);
+      append_row(v, &args.cache.v(b, slot, h, 0), args.cache.maybe_v_scales, b, slot, h);
     }
+  }
+
+  // One K or V row into the cache as ops/store_kv stores it. An int8 row holding NaN or Inf gets
+  // a NaN scale, which the attention phase refuses naming the row.
+  void append_row(const T* row, KvT* cached, const TensorView<float, 3>& maybe_scales,
+                  std::int64_t b, std::int64_t slot, std::int64_t h) const {
+    const float scale = detail::store_kv_elements(row, config_.head_dim, cached);
+    if (maybe_scales.data != nullptr) maybe_scales(b, slot, h) = scale;
   }
 
   // kAttention and kMergeSplits: SDPA phase 0 and 1 over the longest sequence's keys (the kernels
   // follow each sequence's own length). forward() runs the whole op at phase 0.
-  Status attention_phase(const BlockForwardArgs<T>& args, const Buffers& buf, int sdpa_phase,
+  Status attention_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, int sdpa_phase,
                          const Workers& workers) const {
     std::int64_t kv_len = 0;
     for (std::int64_t s = 0; s < args.x.extents[0]; ++s) {
       kv_len = std::max(kv_len, args.cache.lengths[s]);
     }
-    const SdpaArgs<T, T> sdpa_args = attention_args(args, buf, kv_len + args.x.extents[1]);
+    const SdpaArgs<T, KvT, KvT> sdpa_args = attention_args(args, buf, kv_len + args.x.extents[1]);
     const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
     if (workers.executor != nullptr) {
       return sdpa_phase == 0 ? gated_attention::run(sdpa_args, sdpa_ws, *workers.executor)
@@ -416,7 +430,7 @@ class GatedMultiHeadAttention {
   }
 
   // kCommit: the cache lengths advance by len.
-  void commit_phase(const BlockForwardArgs<T>& args, const Workers& workers) const {
+  void commit_phase(const BlockForwardArgs<T, KvT>& args, const Workers& workers) const {
     workers.for_tasks(1, [&](std::int64_t, int) {
       for (std::int64_t s = 0; s < args.x.extents[0]; ++s)
         args.cache.lengths[s] += args.x.extents[1];

@@ -36,13 +36,10 @@ inline float row_max_abs(const float* x, std::int64_t d) {
   return max_abs + non_finite;
 }
 
-// Row r of the flattened [b, len, kv_heads] rows of args.
+// One row of d values into a cache row; returns its scale (int8: max|x| / 127, NaN when the row
+// holds NaN or Inf; 1 for the other types).
 template <class KvT>
-void store_kv_row(const StoreKvArgs<KvT>& args, std::int64_t r) {
-  const auto index = row_index(args.src, r);
-  const float* x = &args.src[index];
-  KvT* out = &args.dst[index];
-  const std::int64_t d = args.src.extents[3];
+float store_kv_elements(const float* x, std::int64_t d, KvT* out) {
   if constexpr (std::is_same_v<KvT, std::int8_t>) {
     const float max_abs = row_max_abs(x, d);
     const float to_q = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
@@ -50,12 +47,21 @@ void store_kv_row(const StoreKvArgs<KvT>& args, std::int64_t r) {
       const float q = std::nearbyint(x[i] * to_q);  // ties to even (the default rounding mode)
       out[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
     }
-    args.maybe_scales(index[0], index[1], index[2]) = max_abs / 127.0f;
+    return max_abs / 127.0f;
   } else if constexpr (std::is_same_v<KvT, float>) {
     std::copy(x, x + d, out);
   } else {
     for (std::int64_t i = 0; i < d; ++i) out[i] = KvT(x[i]);
   }
+  return 1.0f;
+}
+
+// Row r of the flattened [b, len, kv_heads] rows of args.
+template <class KvT>
+void store_kv_row(const StoreKvArgs<KvT>& args, std::int64_t r) {
+  const auto index = row_index(args.src, r);
+  const float scale = store_kv_elements(&args.src[index], args.src.extents[3], &args.dst[index]);
+  if (args.maybe_scales.data) args.maybe_scales(index[0], index[1], index[2]) = scale;
 }
 
 // The first row that cannot be quantised (NaN or Inf), or -1.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "gated_attention/block/config.hpp"
@@ -12,6 +13,7 @@
 #include "gated_attention/reference/rms_norm.hpp"
 #include "gated_attention/reference/rope.hpp"
 #include "gated_attention/reference/sdpa.hpp"
+#include "gated_attention/reference/store_kv.hpp"
 
 namespace gated_attention::reference {
 
@@ -64,40 +66,68 @@ Status rotate(const BlockConfig& c, const TensorView<double, Rank>& x,
   return rope(RopeArgs<double, Rank>{x, positions, x, c.rope_theta, c.rotary_dim});
 }
 
-// Appends k, v [b, len, kv_heads, d] to each sequence's cache; returns the lengths after.
-template <class T>
-std::vector<std::int64_t> append_to_cache(const BlockConfig& c, const TensorView<double, 4>& k,
-                                          const TensorView<double, 4>& v,
-                                          const KvCacheView<T>& cache) {
-  const std::int64_t batch = k.extents[0], len = k.extents[1];
-  std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(batch));
-  for (std::int64_t s = 0; s < batch; ++s) {
-    const std::int64_t start = cache.lengths[s];
-    for (std::int64_t t = 0; t < len; ++t) {
-      for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
-        for (std::int64_t d = 0; d < c.head_dim; ++d) {
-          cache.k(s, start + t, h, d) = from_double<T>(k(s, t, h, d));
-          cache.v(s, start + t, h, d) = from_double<T>(v(s, t, h, d));
+// Stores rows [b, len, kv_heads, d] into each sequence's cache after its cached tokens, as
+// reference::store_kv does (float and double: rounded; the others from the rows rounded to float).
+template <class KvT>
+Status store_rows(const TensorView<double, 4>& rows, const TensorView<KvT, 4>& cache,
+                  const TensorView<float, 3>& maybe_scales, const std::int64_t* lengths) {
+  const auto& e = rows.extents;
+  for (std::int64_t s = 0; s < e[0]; ++s) {
+    for (std::int64_t t = 0; t < e[1]; ++t) {
+      for (std::int64_t h = 0; h < e[2]; ++h) {
+        const std::int64_t slot = lengths[s] + t;
+        if constexpr (std::is_floating_point_v<KvT>) {
+          for (std::int64_t d = 0; d < e[3]; ++d) {
+            cache(s, slot, h, d) = static_cast<KvT>(rows(s, t, h, d));
+          }
+        } else {
+          std::vector<float> row(static_cast<std::size_t>(e[3]));
+          for (std::int64_t d = 0; d < e[3]; ++d) {
+            row[static_cast<std::size_t>(d)] = static_cast<float>(rows(s, t, h, d));
+          }
+          StoreKvArgs<KvT> a;
+          a.src = TensorView<const float, 4>::contiguous(row.data(), {1, 1, 1, e[3]});
+          a.dst = TensorView<KvT, 4>(&cache(s, slot, h, 0), {1, 1, 1, e[3]},
+                                     {0, 0, 0, cache.strides[3]});
+          if (maybe_scales.data) {
+            a.maybe_scales = TensorView<float, 3>(&maybe_scales(s, slot, h), {1, 1, 1}, {0, 0, 0});
+          }
+          GATED_ATTENTION_RETURN_IF_ERROR(store_kv(a));
         }
       }
     }
-    kv_lens[s] = start + len;
   }
+  return Status::ok();
+}
+
+// Appends k, v [b, len, kv_heads, d] to each sequence's cache; returns the lengths after.
+template <class KvT>
+std::vector<std::int64_t> append_to_cache(const TensorView<double, 4>& k,
+                                          const TensorView<double, 4>& v,
+                                          const KvCacheView<KvT>& cache, Status* status) {
+  *status = store_rows(k, cache.k, cache.maybe_k_scales, cache.lengths);
+  if (status->is_ok()) *status = store_rows(v, cache.v, cache.maybe_v_scales, cache.lengths);
+  std::vector<std::int64_t> kv_lens(static_cast<std::size_t>(k.extents[0]));
+  for (std::int64_t s = 0; s < k.extents[0]; ++s) kv_lens[s] = cache.lengths[s] + k.extents[1];
   return kv_lens;
 }
 
 // Causal attention of q over each sequence's cache, gated by gate_rows (the gate projection's
 // rows, or q_rows where q_proj carries the gate), into attn [b, len, q_width].
-template <class T>
+template <class KvT>
 Status attend(const BlockConfig& c, const TensorView<double, 5>& q,
-              const TensorView<double, 3>& gate_rows, const KvCacheView<T>& cache,
+              const TensorView<double, 3>& gate_rows, const KvCacheView<KvT>& cache,
               const std::vector<std::int64_t>& kv_lens, std::vector<double>& attn) {
   const std::int64_t batch = q.extents[0], len = q.extents[1];
-  SdpaArgs<double, T> sdpa_args;
+  SdpaArgs<double, KvT> sdpa_args;
   sdpa_args.q = q;
   sdpa_args.k = cache.k;
   sdpa_args.v = cache.v;
   sdpa_args.k.extents[0] = sdpa_args.v.extents[0] = batch;
+  sdpa_args.maybe_k_scales = cache.maybe_k_scales;
+  sdpa_args.maybe_v_scales = cache.maybe_v_scales;
+  if (cache.maybe_k_scales.data) sdpa_args.maybe_k_scales.extents[0] = batch;
+  if (cache.maybe_v_scales.data) sdpa_args.maybe_v_scales.extents[0] = batch;
   sdpa_args.out = TensorView<double, 5>::contiguous(
       attn.data(), {batch, len, c.num_kv_heads, c.group_size(), c.head_dim});
   sdpa_args.scale = c.scale;
@@ -115,11 +145,11 @@ Status attend(const BlockConfig& c, const TensorView<double, 5>& q,
 // x [b, len, hidden] and positions [b, len]: `len` new tokens for each of the b sequences, appended
 // to cache sequence s = 0..b-1 after its cached tokens (len = 1 is a decode step). Writes
 // y [b, len, hidden] and advances cache.lengths[0..b).
-template <class T>
+template <class T, class KvT>
 Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
                      const TensorView<const T, 3>& x,
                      const TensorView<const std::int64_t, 2>& positions,
-                     const KvCacheView<T>& cache, const TensorView<T, 3>& y) {
+                     const KvCacheView<KvT>& cache, const TensorView<T, 3>& y) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate_forward(c, w, x, positions, cache, y));
   const std::int64_t batch = x.extents[0], len = x.extents[1], rows = batch * len;
 
@@ -152,7 +182,9 @@ Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
   GATED_ATTENTION_RETURN_IF_ERROR(detail::rotate(c, k, positions));
 
   // Append to the cache, then causal attention over each sequence's cache and the gate.
-  const std::vector<std::int64_t> kv_lens = detail::append_to_cache(c, k, v, cache);
+  Status stored;
+  const std::vector<std::int64_t> kv_lens = detail::append_to_cache(k, v, cache, &stored);
+  GATED_ATTENTION_RETURN_IF_ERROR(stored);
   std::vector<double> attn(static_cast<std::size_t>(rows * c.q_width()));
   const auto gate_rows =
       c.has_gate_proj() ? TensorView<double, 3>::contiguous(gp.data(), {batch, len, c.gate_width()})

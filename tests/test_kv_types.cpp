@@ -1,0 +1,280 @@
+// K and V stored in bf16, f16 or int8 (per-row scales): ops/sdpa on each path against
+// reference::sdpa reading the same stored values exactly, and the block with such a cache against
+// the reference block with the same cache type.
+//
+// Tolerance: the one of test_sdpa.cpp (sdpa_problem.hpp), unchanged. The kernels widen bf16 and
+// f16 exactly to f32 and int8 exactly to f32, so the only arithmetic added to the f32 kernel's is,
+// for int8 rows, one f32 product by the row's scale: the logit (after the dot product) and the
+// softmax weight (before P.V) each gain a relative error of at most 2^-24, far below the f32
+// accumulation error the tolerance already covers (rtol 1e-4 per element, NMSE 1e-10).
+//
+// The cases cover both regimes (prefill and decode), the compile-time and generic head dims with
+// tails (dk 33), dk != dv, GQA, per-batch kv lengths with key splits across threads, cache views
+// with padded rows, [b, h, s, d] memory, misaligned pointers, the gate, sinks, lse and the
+// statistics. K/V rows no query can see hold NaN (bf16, f16) or a scale of 1e30 (int8).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "block_model.hpp"
+#include "sdpa_problem.hpp"
+
+namespace {
+
+using namespace gated_attention::testing::sdpa;
+
+std::vector<Case> kv_type_cases(KvType k, KvType v) {
+  using GK = GateKind;
+  const std::string t = std::string(" k ") + to_string(k) + " v " + to_string(v);
+  std::vector<Case> cases = {
+      Case::make("prefill d128" + t, 1, 70, 70, 8, 2, 128, 128).causal().with_gate(GK::elementwise),
+      Case::make("prefill d256 lse" + t, 1, 40, 90, 4, 2, 256, 256).causal().with_lse(),
+      Case::make("prefill d33 dk!=dv cache" + t, 2, 37, 75, 4, 2, 33, 20)
+          .causal()
+          .with_kv_lens({75, 40})
+          .with_layout(Layout::kv_cache),
+      Case::make("prefill d64 bhsd misaligned" + t, 1, 45, 45, 4, 4, 64, 64)
+          .causal()
+          .with_layout(Layout::bhsd)
+          .with_misaligned(),
+      Case::make("decode d128 splits" + t, 3, 1, 700, 32, 8, 128, 128)
+          .causal()
+          .with_kv_lens({700, 1, 333})
+          .with_threads(3),
+      Case::make("decode d256 gate stats sinks" + t, 1, 1, 300, 16, 2, 256, 256)
+          .causal()
+          .with_gate(GK::elementwise)
+          .with_sinks(SinkKind::learned)
+          .with_stats(4)
+          .with_lse(),
+      Case::make("decode d80 padded" + t, 2, 2, 150, 8, 2, 80, 80)
+          .causal()
+          .with_layout(Layout::padded)
+          .with_threads(2),
+      Case::make("decode d33 dk!=dv window" + t, 1, 3, 200, 4, 1, 33, 17)
+          .with_mask(gated_attention::Mask::causal_window(50)),
+  };
+  for (Case& c : cases) c.with_kv_types(k, v);
+  cases[0].poison_invisible_keys = true;
+  return cases;
+}
+
+template <KvType k, KvType v>
+void check_types() {
+  for (const Case& c : kv_type_cases(k, v)) {
+    const PathCheck r = check_every_path_as<KvElement<k>, KvElement<v>>(c);
+    INFO(r.failure);
+    CHECK(r.failure.empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sdpa: bf16 K/V on every path", "[sdpa][kv_types]") {
+  check_types<KvType::bf16, KvType::bf16>();
+}
+
+TEST_CASE("sdpa: f16 K/V on every path", "[sdpa][kv_types]") {
+  check_types<KvType::f16, KvType::f16>();
+}
+
+TEST_CASE("sdpa: int8 K/V with row scales on every path", "[sdpa][kv_types]") {
+  check_types<KvType::i8, KvType::i8>();
+}
+
+TEST_CASE("sdpa: K and V of different types on every path", "[sdpa][kv_types]") {
+  check_types<KvType::bf16, KvType::i8>();
+  check_types<KvType::i8, KvType::f16>();
+}
+
+TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming the view",
+          "[sdpa][kv_types][validate]") {
+  namespace ga = gated_attention;
+  using ga::testing::contains;
+  Case c = Case::make("int8 scales", 2, 3, 40, 4, 2, 32, 32)
+               .causal()
+               .with_kv_lens({40, 25})
+               .with_kv_types(KvType::i8, KvType::i8);
+  Problem p(c);
+  using I8 = std::int8_t;
+  const ga::SdpaArgs<float, I8, I8> good = p.typed_args<I8, I8>();
+  REQUIRE(ga::can_implement(good).is_ok());
+  std::vector<std::byte> ws(ga::workspace_size(good, 1));
+  const auto refused = [&](const ga::SdpaArgs<float, I8, I8>& a, const char* what) {
+    const ga::Status s = ga::can_implement(a);
+    INFO(s.message());
+    CHECK(!s.is_ok());
+    CHECK(contains(s, what));
+    CHECK(!ga::run(a, ga::Workspace(ws.data(), ws.size())).is_ok());
+  };
+  auto a = good;
+  a.maybe_k_scales = {};
+  refused(a, "k_scales: expected a [b, kv_len, kv_heads] view for an int8 K, got none");
+  a = good;
+  a.maybe_v_scales.extents[1] = 39;
+  refused(a, "v_scales: dim 1 (kv length): expected 40, got 39");
+  std::vector<float> scales(p.k_stored.scales);
+  a = good;
+  a.maybe_k_scales.data = scales.data();
+  for (float bad : {-1.0f, kNaN, kInf}) {
+    scales[(1 * 40 + 7) * 2 + 1] = bad;  // entry 1, key 7, kv head 1
+    refused(a, "k_scales: batch 1, position 7, kv head 1: expected a finite scale >= 0");
+  }
+  scales[(1 * 40 + 7) * 2 + 1] = 1.0f;
+  scales[(1 * 40 + 30) * 2 + 1] = kNaN;  // past entry 1's 25 keys: never read, not checked
+  CHECK(ga::can_implement(a).is_ok());
+
+  const ga::SdpaArgs<float> floats = p.args();
+  ga::SdpaArgs<float> f = floats;
+  f.maybe_v_scales = good.maybe_v_scales;
+  const ga::Status s = ga::can_implement(f);
+  CHECK(contains(s, "v_scales: expected none for a float, bf16 or f16 V, got a view"));
+}
+
+// ---- The block with a bf16, f16 or int8 cache ----
+//
+// Tolerance. The block and the reference block each store their own K/V rows (f32 in the block,
+// double rounded to f32 in the reference) into the cache type. Rows that agree to f32 precision
+// round to the same cache values except where one lies within f32 error of a rounding boundary:
+// there the two caches differ by one unit of the format (checked: no element more). Such a unit
+// moves a logit or a value by at most as much as rounding every element of the row to the format
+// does, so the block's output may differ from the reference's by the f32 tolerance of
+// test_block.cpp plus the change the format itself makes to the reference's output (the
+// reference block with the f32 cache against the same with the typed cache), measured per step.
+
+namespace {
+
+namespace ga = gated_attention;
+using ga::testing::Model;
+using ga::testing::Positions;
+
+constexpr double kBlockAtol = 1e-4, kBlockRtol = 1e-3;  // test_block.cpp's f32 tolerance
+
+template <class KvT>
+struct TypedCache {
+  static constexpr bool kQuantised = std::is_same_v<KvT, std::int8_t>;
+  std::array<std::int64_t, 4> extents;
+  std::vector<KvT> k, v;
+  std::vector<float> k_scales, v_scales;
+  std::vector<std::int64_t> lengths;
+
+  TypedCache(const ga::BlockConfig& c, std::int64_t seqs, std::int64_t capacity)
+      : extents{seqs, capacity, c.num_kv_heads, c.head_dim},
+        k(static_cast<std::size_t>(seqs * capacity * c.num_kv_heads * c.head_dim)),
+        v(k.size()),
+        k_scales(kQuantised ? static_cast<std::size_t>(seqs * capacity * c.num_kv_heads) : 0, kNaN),
+        v_scales(k_scales.size(), kNaN),
+        lengths(static_cast<std::size_t>(seqs), 0) {}
+
+  ga::KvCacheView<KvT> view() {
+    ga::KvCacheView<KvT> c{ga::TensorView<KvT, 4>::contiguous(k.data(), extents),
+                           ga::TensorView<KvT, 4>::contiguous(v.data(), extents), lengths.data()};
+    if constexpr (kQuantised) {
+      c.maybe_k_scales = ga::TensorView<float, 3>::contiguous(k_scales.data(),
+                                                              {extents[0], extents[1], extents[2]});
+      c.maybe_v_scales = ga::TensorView<float, 3>::contiguous(v_scales.data(),
+                                                              {extents[0], extents[1], extents[2]});
+    }
+    return c;
+  }
+};
+
+// One unit of the format at x: the spacing of bf16 / f16 next to x (away from zero), one int8
+// step.
+template <class KvT>
+double format_unit(KvT x) {
+  if constexpr (std::is_same_v<KvT, std::int8_t>) {
+    return 1.0;
+  } else {
+    const KvT next = KvT::from_bits(static_cast<std::uint16_t>(x.bits + 1));
+    return std::fabs(static_cast<double>(ga::to_float(next)) - ga::to_float(x));
+  }
+}
+
+template <class KvT, class Cache>
+std::vector<float> block_forward(const ga::GatedMultiHeadAttention<float, KvT>* block,
+                                 const Model<float>& m, const std::vector<float>& x,
+                                 std::int64_t len, const Positions& pos, Cache& cache) {
+  const std::int64_t batch = cache.extents[0], hid = m.c.hidden_size;
+  std::vector<float> y(static_cast<std::size_t>(batch * len * hid), kNaN);
+  const auto xv = ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid});
+  const auto pv = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len});
+  const auto yv = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+  ga::Status s;
+  if (block != nullptr) {
+    const ga::BlockForwardArgs<float, KvT> args{xv, pv, cache.view(), yv, {}};
+    std::vector<std::byte> ws(block->workspace_size(args, 1));
+    s = block->forward(args, ga::Workspace(ws.data(), ws.size()));
+  } else {
+    s = ga::reference::block_forward(m.c, m.weights(), xv, pv, cache.view(), yv);
+  }
+  INFO(s.message());
+  REQUIRE(s.is_ok());
+  return y;
+}
+
+template <class KvT>
+void check_block_with_cache() {
+  const ga::BlockConfig c =
+      ga::testing::small_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  auto rng = ga::testing::make_rng(0xb10c);
+  const Model<float> m = ga::testing::make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float, KvT> block(c, m.weights());
+  const std::int64_t seqs = 2, capacity = 48;
+  TypedCache<KvT> ours(c, seqs, capacity), theirs(c, seqs, capacity);
+  TypedCache<float> exact(c, seqs, capacity);
+  for (const std::int64_t len : {19, 5, 1, 1}) {
+    INFO("step of " << len << " tokens");
+    const std::vector<float> x = ga::testing::random_vector<float>(rng, seqs * len * c.hidden_size);
+    Positions pos;
+    for (std::int64_t s = 0; s < seqs; ++s) {
+      for (std::int64_t t = 0; t < len; ++t) pos.push_back(ours.lengths[s] + t);
+    }
+    const std::vector<float> y = block_forward(&block, m, x, len, pos, ours);
+    const std::vector<float> ref = block_forward<KvT>(nullptr, m, x, len, pos, theirs);
+    const std::vector<float> ref_f32 = block_forward<float>(nullptr, m, x, len, pos, exact);
+    double format_effect = 0.0, worst = 0.0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      format_effect = std::max(format_effect, std::fabs(double{ref[i]} - ref_f32[i]));
+    }
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double tol = kBlockAtol + kBlockRtol * std::fabs(ref[i]) + format_effect;
+      ga::testing::track(worst, std::fabs(double{y[i]} - ref[i]) / tol);
+    }
+    INFO("format effect " << format_effect);
+    CHECK(worst <= 1.0);
+    CHECK(format_effect > 0.0);  // the cache type is in play
+  }
+  CHECK(ours.lengths == theirs.lengths);
+  std::int64_t far = 0;
+  for (std::size_t i = 0; i < ours.k.size(); ++i) {
+    for (const auto* cache : {&ours.k, &ours.v}) {
+      const auto& other = cache == &ours.k ? theirs.k : theirs.v;
+      const double a = ga::reference::as_double((*cache)[i]),
+                   b = ga::reference::as_double(other[i]);
+      if (std::isnan(a) != std::isnan(b) || std::fabs(a - b) > format_unit(other[i])) ++far;
+    }
+  }
+  CHECK(far == 0);
+  for (std::size_t i = 0; i < ours.k_scales.size(); ++i) {
+    const double a = ours.k_scales[i], b = theirs.k_scales[i];
+    if (!(std::isnan(a) && std::isnan(b)) && !(std::fabs(a - b) <= 1e-6 * b)) ++far;
+  }
+  CHECK(far == 0);
+}
+
+}  // namespace
+
+TEST_CASE("block: bf16, f16 and int8 caches match the reference block with that cache",
+          "[block][kv_types]") {
+  check_block_with_cache<ga::bf16>();
+  check_block_with_cache<ga::f16>();
+  check_block_with_cache<std::int8_t>();
+}
