@@ -10,8 +10,9 @@
 // kv lengths (0 included), GQA ratios up to groups larger than a unit, sinks, softmax+1, lse,
 // gate variants (elementwise, headwise, head-shared, query-independent, packed with q; sigmoid or
 // SiLU; multiply or add; pre-activations up to +-1e4), statistics, 1-3 threads through run() or
-// run_phase(), the workspace's start, and the values' regime (logits up to +-80 or of +-1e4,
-// q/k/v scaled by powers of two up to 2^+-100, denormal numbers). Eight bytes seed the values.
+// run_phase(), the workspace's start, the values' regime (logits up to +-80 or of +-1e4,
+// q/k/v scaled by powers of two up to 2^+-100, denormal numbers), and K/V in f32, bf16, f16 or
+// int8 (bf16 K with int8 V too). Eight bytes seed the values.
 // Running out of bytes reads zeros: short inputs decode to simple cases.
 //
 // About one input in ten instead breaks one argument of a valid case (a wrong extent, an inner
@@ -20,6 +21,7 @@
 // return the same Status and write nothing, and workspace_size()/num_phases() must not fail.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +35,7 @@ namespace gated_attention::fuzzing {
 
 using testing::sdpa::Case;
 using testing::sdpa::GateKind;
+using testing::sdpa::KvType;
 using testing::sdpa::Layout;
 using testing::sdpa::SinkKind;
 
@@ -293,7 +296,32 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
         static_cast<Corruption>(r.range(1, static_cast<std::int64_t>(Corruption::count) - 1));
   }
   c.salt = r.u64() | 1;  // nonzero: an explicit salt
+  // K/V types last, so that inputs written before them keep decoding to the same f32 cases.
+  const KvType kv_types[][2] = {{KvType::bf16, KvType::bf16},
+                                {KvType::f16, KvType::f16},
+                                {KvType::i8, KvType::i8},
+                                {KvType::bf16, KvType::i8}};
+  const std::int64_t kv = r.range(0, 7);
+  if (kv < 4 && f.corruption == Corruption::none) {
+    c.with_kv_types(kv_types[kv][0], kv_types[kv][1]);
+    if (c.k_type == KvType::f16 || c.v_type == KvType::f16) {  // within f16's exponent range
+      c.q_exponent = std::clamp(c.q_exponent, -8, 8);
+      c.v_exponent = std::clamp(c.v_exponent, -8, 8);
+    }
+  }
   return f;
+}
+
+// check_every_path() for the case's K/V types.
+inline testing::sdpa::PathCheck check_every_kv_type(const Case& c) {
+  using testing::sdpa::check_every_path_as;
+  if (c.k_type == KvType::bf16 && c.v_type == KvType::bf16) {
+    return check_every_path_as<bf16, bf16>(c);
+  }
+  if (c.k_type == KvType::f16) return check_every_path_as<f16, f16>(c);
+  if (c.k_type == KvType::i8) return check_every_path_as<std::int8_t, std::int8_t>(c);
+  if (c.k_type == KvType::bf16) return check_every_path_as<bf16, std::int8_t>(c);
+  return testing::sdpa::check_every_path(c);
 }
 
 // Breaks one argument of a valid case. Returns false when the case cannot show it (for example a
@@ -491,9 +519,8 @@ inline std::string hex(const std::uint8_t* data, std::size_t size) {
 // empty when every path agrees with the reference.
 inline std::string check_input(const std::uint8_t* data, std::size_t size) {
   const FuzzCase f = decode_case(data, size);
-  std::string failure = f.corruption == Corruption::none
-                            ? testing::sdpa::check_every_path(f.c).failure
-                            : check_rejection(f);
+  std::string failure =
+      f.corruption == Corruption::none ? check_every_kv_type(f.c).failure : check_rejection(f);
   if (failure.empty()) return failure;
   if (f.corruption != Corruption::none) failure += "\n  case " + testing::sdpa::describe(f.c);
   return failure + "\n  input (hex) " + hex(data, size);

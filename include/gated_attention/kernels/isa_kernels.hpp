@@ -89,8 +89,29 @@
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT)
 #endif
 
+// The K/V type combinations the project's own programs (tests, benchmarks) compile once, in its
+// kernels library, under GATED_ATTENTION_EXTERN_KV_KERNELS; of one path.
+#define GATED_ATTENTION_KV_KERNELS_OF(prefix, isa)                              \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16)               \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                 \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, std::int8_t) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, std::int8_t)        \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, f16)
+
 #ifdef GATED_ATTENTION_EXTERN_KERNELS
 namespace gated_attention {
 GATED_ATTENTION_F32_KERNELS(extern)
+#ifdef GATED_ATTENTION_EXTERN_KV_KERNELS
+#if GATED_ATTENTION_X86
+GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
+GATED_ATTENTION_KV_KERNELS_OF(extern, avx2)
+GATED_ATTENTION_KV_KERNELS_OF(extern, avx512)
+#elif GATED_ATTENTION_AARCH64
+GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
+GATED_ATTENTION_KV_KERNELS_OF(extern, neon)
+#else
+GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
+#endif
+#endif
 }  // namespace gated_attention
 #endif

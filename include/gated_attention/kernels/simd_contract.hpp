@@ -39,6 +39,7 @@
 //   static constexpr int kValueTileRows;         // prefill P.V tile: rows x dv vectors
 //   static constexpr int kValueTileVectors;
 //   static constexpr std::int64_t kDecodeBlock;        // keys per decode block
+//   static constexpr bool kWidenOncePerUnit;   // 8-row decode units widen K/V once for all rows
 //   static constexpr std::int64_t kDecodeFetchBlocks;  // blocks ahead each decode phase fetches
 // };
 //

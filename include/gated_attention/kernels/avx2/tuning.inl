@@ -15,5 +15,8 @@ struct Tuning {
   static constexpr std::int64_t kDecodeBlock = 8;
   // Blocks further ahead that each decode phase fetches: 0, the next phase's rows only ("AVX2
   // decode fetch distance: 0").
+  // Decode units of 8 rows with K/V of another type than f32: every K and V vector widened once
+  // for all rows, not once per group of 4 ("K/V types: one tile for every row").
+  static constexpr bool kWidenOncePerUnit = true;
   static constexpr std::int64_t kDecodeFetchBlocks = 0;
 };

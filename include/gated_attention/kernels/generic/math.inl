@@ -95,3 +95,20 @@ template <class E>
 GATED_ATTENTION_ALWAYS_INLINE Simd::V load_row_part(const E* p, int count) {
   return count == Simd::kLanes ? Simd::load(p) : Simd::load_partial(p, count);
 }
+
+// n rows of d elements (`stride` apart) widened to f32 into out [n, d].
+template <class E>
+void widen_rows(const E* rows, std::int64_t stride, std::int64_t n, std::int64_t d, float* out) {
+  constexpr int L = Simd::kLanes;
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t c = 0; c < d; c += L) {
+      const int count = static_cast<int>(std::min<std::int64_t>(L, d - c));
+      const Simd::V x = load_row_part(rows + r * stride + c, count);
+      if (count == L) {
+        Simd::store(out + r * d + c, x);
+      } else {
+        Simd::store_partial(out + r * d + c, x, count);
+      }
+    }
+  }
+}

@@ -88,7 +88,14 @@ struct DecodeBlocks {
                                                          nb, head_dim<kDv>(u.dv), out, dvp)) {
       return;
     }
-    if constexpr (Values::kInPlace) {
+    constexpr bool kWidenOnce =
+        Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
+    if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
+      // More than one row group: V widened once into L1 for all of them.
+      widen_rows(values, v_stride, nb, kDv, w.kv_block);
+      ValueTiles<float, kDv>::accumulate_in_place(scores, stride, u.rows, w.kv_block, kDv, nb, out,
+                                                  dvp, next_keys);
+    } else if constexpr (Values::kInPlace) {
       Values::accumulate_in_place(scores, stride, u.rows, values, v_stride, nb, out, dvp,
                                   next_keys);
     } else {

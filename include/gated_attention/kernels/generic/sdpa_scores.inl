@@ -103,17 +103,7 @@ struct ScoreTiles {
       panels(keys, key_stride, num_keys, q_t, rows_v, dk, s, row_stride);
     } else {
       const std::int64_t depth = head_dim<kDk>(dk);
-      for (std::int64_t n = 0; n < num_keys; ++n) {
-        for (std::int64_t d = 0; d < depth; d += L) {
-          const int count = static_cast<int>(std::min<std::int64_t>(L, depth - d));
-          const V x = load_row_part(keys + n * key_stride + d, count);
-          if (count == L) {
-            S::store(staging + n * depth + d, x);
-          } else {
-            S::store_partial(staging + n * depth + d, x, count);
-          }
-        }
-      }
+      widen_rows(keys, key_stride, num_keys, depth, staging);
       panels(staging, depth, num_keys, q_t, rows_v, dk, s, row_stride);
     }
   }
@@ -134,9 +124,17 @@ struct ScoreTiles {
   // ---- Decode: dot products along d ----
 
   // Tiles of up to 4 keys x kDotTileRows rows (8 loads per 16 FMAs), as many keys as the
-  // accumulator budget holds; each row group streams the block's keys (L1-resident).
-  static constexpr int kDotTileRows = 4;
-  static constexpr int kDotTileKeys = std::min(4, Tuning::kTileAccumulators / kDotTileRows);
+  // accumulator budget holds. f32 K: row groups of 4, each streaming the block's keys
+  // (L1-resident); other K types: every row of a decode unit in one tile, so that each K vector
+  // is widened once (see docs/performance-notes.md, "K/V types: one tile for every row").
+  static constexpr int kDotTileRows = std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit
+                                          ? 4
+                                          : static_cast<int>(kDecodeMaxRows);
+  // Keys of a tile of `rows` rows (f32: those of a 4-row tile, whatever its rows).
+  static constexpr int keys_per_tile(int rows) {
+    const int tile_rows = kDotTileRows == 4 ? 4 : rows;
+    return std::max(1, std::min(4, Tuning::kTileAccumulators / tile_rows));
+  }
 
   // bf16 K rows are read a pair of vectors at a time (Simd::load_pairs: even and odd elements),
   // so each whole chunk of kStep elements of a packed q row holds its even elements, then its odd
@@ -219,6 +217,12 @@ struct ScoreTiles {
                                                            std::int64_t row_stride) {
     if constexpr (KB == 4 && RB == 4) {
       S::reduce_add_4x4(acc, scores, row_stride);
+    } else if constexpr (RB == 8) {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        S::reduce_add_4(reinterpret_cast<const V(&)[4]>(acc[k][0]), scores + k * row_stride);
+        S::reduce_add_4(reinterpret_cast<const V(&)[4]>(acc[k][4]), scores + k * row_stride + 4);
+      }
     } else if constexpr (RB == 4) {
       GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) S::reduce_add_4(acc[k], scores + k * row_stride);
@@ -231,7 +235,7 @@ struct ScoreTiles {
     }
   }
 
-  // The block's keys for RB rows, kDotTileKeys at a time.
+  // The block's keys for RB rows, keys_per_tile(RB) at a time.
   template <int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const KT* keys, std::int64_t key_stride,
                                                      std::int64_t num_keys, const float* q_rows,
@@ -239,7 +243,7 @@ struct ScoreTiles {
                                                      float* s, std::int64_t row_stride,
                                                      LineCursor& ahead,
                                                      std::int64_t lines_per_tile) {
-    constexpr int KB = kDotTileKeys;
+    constexpr int KB = keys_per_tile(RB);
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
       dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk, s + n * row_stride,
@@ -287,8 +291,8 @@ struct ScoreTiles {
     }
   }
 
-  // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of
-  // kDotTileKeys keys outer and heads inner, so that K is read in address order where a key's
+  // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of a
+  // tile's keys outer and heads inner, so that K is read in address order where a key's
   // heads lie together (see docs/performance-notes.md, "Decode scores: all heads of a unit in
   // one phase"). q_rows: head h at q_rows + h * q_head_stride. ahead: rows (the V rows the next
   // phase reads) fetched by the tiles in even shares, spread over each tile's steps along d, and
@@ -300,11 +304,13 @@ struct ScoreTiles {
                             std::int64_t s_head_stride, std::int64_t row_stride,
                             const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotTileRows - 1) / kDotTileRows;
-    const std::int64_t tiles = heads * groups * ((num_keys + kDotTileKeys - 1) / kDotTileKeys);
+    const std::int64_t step =
+        keys_per_tile(static_cast<int>(std::min<std::int64_t>(kDotTileRows, rows)));
+    const std::int64_t tiles = heads * groups * ((num_keys + step - 1) / step);
     LineCursor cursor{ahead};
     const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
-    for (std::int64_t n = 0; n < num_keys; n += kDotTileKeys) {
-      const std::int64_t count = std::min<std::int64_t>(kDotTileKeys, num_keys - n);
+    for (std::int64_t n = 0; n < num_keys; n += step) {
+      const std::int64_t count = std::min<std::int64_t>(step, num_keys - n);
       for (std::int64_t h = 0; h < heads; ++h) {
         for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
           dot_group(std::min<std::int64_t>(kDotTileRows, rows - r),

@@ -9,6 +9,9 @@ struct Tuning {
   static constexpr int kScoreTileRowVectors = 4;  //   (6 x 4 accumulators + operands)
   static constexpr int kValueTileRows = 6;        // prefill P.V tile: rows x dv vectors
   static constexpr int kValueTileVectors = 4;
-  static constexpr std::int64_t kDecodeBlock = 16;       // keys per decode block
+  static constexpr std::int64_t kDecodeBlock = 16;  // keys per decode block
+  // Decode units of 8 rows with K/V of another type than f32: every K and V vector widened once
+  // for all rows, not once per group of 4 ("K/V types: one tile for every row").
+  static constexpr bool kWidenOncePerUnit = false;
   static constexpr std::int64_t kDecodeFetchBlocks = 0;  // the next phase's rows only
 };
