@@ -953,7 +953,7 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
   ungated.gate = GateKind::none;
   ungated.stats = false;
   ungated.k_type = ungated.v_type = KvType::f32;  // the gate's input: any attention output
-  Problem plain(ungated);  // the same salt: the same q, k, v
+  Problem plain(ungated);                         // the same salt: the same q, k, v
   if (const Status s = plain.run_reference(); !s.is_ok()) {
     return std::string("reference without the gate: ") + s.message();
   }
