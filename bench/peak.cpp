@@ -236,7 +236,8 @@ void peak_read_bw(benchmark::State& state, std::int64_t bytes, int threads) {
 // the call's K/V bytes (scales included), on the same workers; counter `share`: read time / call
 // time.
 template <class E>
-void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
+void decode_read_share(benchmark::State& state, AttentionShape s, int threads,
+                       ga::DotPrecision precision) {
   const Isa isa = widest_isa();
   const auto n = static_cast<std::int64_t>(ga::bench::StoredKv<E>::bytes(s) / sizeof(float));
   const auto buffer = distinct_floats(n, 1000003);
@@ -256,11 +257,14 @@ void decode_read_share(benchmark::State& state, AttentionShape s, int threads) {
   };
   if constexpr (std::is_same_v<E, float>) {
     pairs(c.args);
+    state.SetLabel(ga::sdpa_path());
   } else {
     const ga::bench::StoredKv<E> stored(c);
-    pairs(stored.args(c.args));
+    auto args = stored.args(c.args);
+    args.dot_precision = precision;
+    pairs(args);
+    state.SetLabel(ga::sdpa_path(args));
   }
-  state.SetLabel(ga::sdpa_path());
 }
 
 // Keys per decode block (Tuning::kDecodeBlock) of the path that runs.
@@ -318,10 +322,12 @@ void register_read_bw(const std::string& name, const AttentionShape& s, const st
 
 template <class E>
 void register_read_share(const char* dtype, const AttentionShape& s, const std::string& suffix,
-                         int threads) {
+                         int threads, ga::DotPrecision precision = ga::DotPrecision::exact) {
+  const bool storage = precision == ga::DotPrecision::storage;
   benchmark::RegisterBenchmark(
-      (std::string("decode_read_share/") + dtype + "/" + s.name + suffix).c_str(),
-      decode_read_share<E>, s, threads)
+      (std::string("decode_read_share/") + dtype + (storage ? "-storage/" : "/") + s.name + suffix)
+          .c_str(),
+      decode_read_share<E>, s, threads, precision)
       ->Unit(benchmark::kMillisecond);
 }
 
@@ -350,6 +356,8 @@ int register_peaks() {
       register_read_share<ga::bf16>("f32-kvbf16", s, suffix, threads);
       register_read_share<ga::f16>("f32-kvf16", s, suffix, threads);
       register_read_share<std::int8_t>("f32-kvi8", s, suffix, threads);
+      register_read_share<ga::bf16>("f32-kvbf16", s, suffix, threads, ga::DotPrecision::storage);
+      register_read_share<std::int8_t>("f32-kvi8", s, suffix, threads, ga::DotPrecision::storage);
     }
     for (std::int64_t kv_len : ga::bench::kSweepDecodeLens) {
       register_read_bw("sweep_decode_" + std::to_string(kv_len),

@@ -21,7 +21,7 @@ endfunction()
 # compiles to nothing. Targets linking it define GATED_ATTENTION_EXTERN_KERNELS.
 function(gated_attention_add_kernels_library name)
   add_library(${name} OBJECT)
-  foreach(path SCALAR AVX2 AVX512 NEON)
+  foreach(path SCALAR AVX2 AVX512 AVX512_BF16 NEON)
     string(TOLOWER ${path} isa)
     set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
     file(GENERATE OUTPUT ${unit} CONTENT

@@ -165,6 +165,7 @@ struct Case {
   std::vector<std::int64_t> poisoned_keys;  // keys whose K rows hold NaN and V rows poison_value
   float poison_value = std::numeric_limits<float>::quiet_NaN();
   KvType k_type = KvType::f32, v_type = KvType::f32;
+  DotPrecision precision = DotPrecision::exact;
   bool check_standalone_gate = false;  // also ops/output_gate on the ungated reference output
   double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
   double tol_scale = 1.0;              // f in the tolerance
@@ -230,6 +231,10 @@ struct Case {
   Case& with_kv_types(KvType k, KvType v) {
     k_type = k;
     v_type = v;
+    return *this;
+  }
+  Case& with_precision(DotPrecision p) {
+    precision = p;
     return *this;
   }
   Case& with_stats(std::int64_t sink_keys) {
@@ -670,6 +675,7 @@ struct Problem {
     a.maybe_kv_lens = kv_lens.empty() ? nullptr : kv_lens.data();
     a.maybe_sink_logits = sinks.empty() ? nullptr : sinks.data();
     a.softmax_plus_one = c.sinks == SinkKind::plus_one;
+    a.dot_precision = c.precision;
     if (c.lse) a.maybe_lse = lse.view;
     if (c.gate != GateKind::none) {
       a.gate.values = gate.view;
@@ -1039,7 +1045,7 @@ PathCheck check_every_path_as(const Case& c) {
   IsaLimitGuard guard;
   for (Isa isa : available_isas()) {
     set_isa_limit(isa);
-    const std::string where = std::string("path ") + to_string(isa) + plan_text.str() + ": ";
+    const std::string where = std::string("path ") + sdpa_path(args) + plan_text.str() + ": ";
     if (active_isa() != isa || std::string(sdpa_path()) != to_string(isa)) {
       return fail(where + "set_isa_limit did not select the path");
     }

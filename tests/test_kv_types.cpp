@@ -75,6 +75,25 @@ void check_types() {
   }
 }
 
+// DotPrecision::storage: the reference rounds q as the kernels do (round_query_row), so the q
+// rounding adds no error; the storage dot's integer sums of int8 products are exact, and its one
+// f32 product by the query row's scale adds 2^-24 relative to the logit. What remains is the
+// rounding of the softmax weights to bf16 where the storage dot reads a bf16 V: each weight p
+// gains at most 2^-9 p, so an output sum_n p_n v_n / l moves by at most 2^-9 max|v| = 1.95e-3
+// (|v| <= 1). The tolerance factor 256 makes the per-element atol 2.56e-3 and the NMSE bound
+// 6.6e-6 against an expected (2^-9)^2 / 3 = 1.3e-6.
+template <KvType k, KvType v>
+void check_storage_precision() {
+  for (Case c : kv_type_cases(k, v)) {
+    c.name += " storage";
+    c.with_precision(gated_attention::DotPrecision::storage);
+    if (v == KvType::bf16) c.tol_scale = 256.0;
+    const PathCheck r = check_every_path_as<KvElement<k>, KvElement<v>>(c);
+    INFO(r.failure);
+    CHECK(r.failure.empty());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("sdpa: bf16 K/V on every path", "[sdpa][kv_types]") {
@@ -92,6 +111,35 @@ TEST_CASE("sdpa: int8 K/V with row scales on every path", "[sdpa][kv_types]") {
 TEST_CASE("sdpa: K and V of different types on every path", "[sdpa][kv_types]") {
   check_types<KvType::bf16, KvType::i8>();
   check_types<KvType::i8, KvType::f16>();
+}
+
+TEST_CASE("sdpa: storage dot precision on every path", "[sdpa][kv_types]") {
+  check_storage_precision<KvType::bf16, KvType::bf16>();
+  check_storage_precision<KvType::i8, KvType::i8>();
+  check_storage_precision<KvType::bf16, KvType::i8>();
+  check_storage_precision<KvType::i8, KvType::f16>();
+  check_storage_precision<KvType::f16, KvType::f16>();
+}
+
+TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_types]") {
+  namespace ga = gated_attention;
+  Case c = Case::make("path", 1, 1, 40, 4, 2, 64, 64).with_kv_types(KvType::bf16, KvType::bf16);
+  Problem p(c);
+  ga::SdpaArgs<float, ga::bf16, ga::bf16> a = p.typed_args<ga::bf16, ga::bf16>();
+  IsaLimitGuard guard;
+  for (ga::Isa isa : ga::testing::available_isas()) {
+    ga::set_isa_limit(isa);
+    a.dot_precision = ga::DotPrecision::exact;
+    CHECK(std::string(ga::sdpa_path(a)) == ga::to_string(isa));
+    a.dot_precision = ga::DotPrecision::storage;
+    const bool dot =
+        isa == ga::Isa::avx512 && ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
+    CHECK(std::string(ga::sdpa_path(a)) == (dot ? "avx512_bf16" : ga::to_string(isa)));
+  }
+  const ga::SdpaArgs<float> f32 = p.args();
+  ga::SdpaArgs<float> storage_f32 = f32;
+  storage_f32.dot_precision = ga::DotPrecision::storage;
+  CHECK(std::string(ga::sdpa_path(storage_f32)) == ga::sdpa_path());
 }
 
 TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming the view",

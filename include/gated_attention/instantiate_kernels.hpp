@@ -3,7 +3,8 @@
 // Include it in exactly one unit of the program.
 //
 // Or one unit per path, which build in parallel: each defines one of
-// GATED_ATTENTION_INSTANTIATE_ONLY_SCALAR, _AVX2, _AVX512 or _NEON before including this header.
+// GATED_ATTENTION_INSTANTIATE_ONLY_SCALAR, _AVX2, _AVX512, _AVX512_BF16 (K/V type combinations
+// only) or _NEON before including this header.
 // A path the target platform lacks compiles to nothing, so the same four units build everywhere.
 #pragma once
 
@@ -30,6 +31,10 @@ GATED_ATTENTION_INSTANTIATE_PATH(avx2)
 #elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_AVX512)
 #if GATED_ATTENTION_X86
 GATED_ATTENTION_INSTANTIATE_PATH(avx512)
+#endif
+#elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_AVX512_BF16)
+#if GATED_ATTENTION_X86 && defined(GATED_ATTENTION_INSTANTIATE_KV_KERNELS)
+GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(, avx512_bf16)
 #endif
 #elif defined(GATED_ATTENTION_INSTANTIATE_ONLY_NEON)
 #if GATED_ATTENTION_AARCH64

@@ -11,6 +11,8 @@
 // - bf16 / f16 -> float is exact for every bit pattern; NaN payloads (signaling or not) are kept.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -179,5 +181,19 @@ inline constexpr bool is_kv_type_v = std::is_same_v<E, float> || std::is_same_v<
 template <class E>
 inline constexpr bool is_activation_type_v =
     std::is_same_v<E, float> || std::is_same_v<E, bf16> || std::is_same_v<E, f16>;
+
+// Symmetric int8 rows: a row of largest magnitude max_abs is stored as q = x * 127 / max_abs
+// rounded to nearest even, with the scale max_abs / 127 (0 for a zero row).
+inline float int8_scale(float max_abs) {
+  return max_abs / 127.0f;
+}
+inline float int8_inverse_scale(float max_abs) {
+  return max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+}
+// x (finite, |x| <= max_abs) quantised with inverse_scale = int8_inverse_scale(max_abs).
+inline std::int8_t quantize_int8(float x, float inverse_scale) {
+  const float q = std::nearbyint(x * inverse_scale);  // ties to even (the default rounding mode)
+  return static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
+}
 
 }  // namespace gated_attention

@@ -57,7 +57,7 @@ inline bool parse_isa(const char* name, Isa* isa) {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, bmi1 = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
-  bool avx512_bf16 = false, amx_tile = false, amx_bf16 = false;
+  bool avx512_bf16 = false, avx512_vnni = false, amx_tile = false, amx_bf16 = false;
   bool neon = false;
 };
 
@@ -103,6 +103,7 @@ inline CpuFeatures detect_cpu_features() {
       f.avx512dq = (r[1] >> 17) & 1;
       f.avx512bw = (r[1] >> 30) & 1;
       f.avx512vl = (r[1] >> 31) & 1;
+      f.avx512_vnni = (r[2] >> 11) & 1;
     }
     f.amx_bf16 = amx_state && ((r[3] >> 22) & 1);
     f.amx_tile = amx_state && ((r[3] >> 24) & 1);
@@ -125,6 +126,10 @@ inline bool has_avx512_region_features(const CpuFeatures& f) {
   return has_avx2_region_features(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
 }
 
+// The avx512 path's dot instructions for DotPrecision::storage (the avx512_bf16 region).
+inline bool has_avx512_bf16_region_features(const CpuFeatures& f) {
+  return has_avx512_region_features(f) && f.avx512_bf16 && f.avx512_vnni;
+}
 inline Isa best_isa(const CpuFeatures& f) {
   if (has_avx512_region_features(f)) return Isa::avx512;
   if (has_avx2_region_features(f)) return Isa::avx2;

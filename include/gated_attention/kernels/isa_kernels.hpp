@@ -36,6 +36,15 @@
 #define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/avx512/tuning.inl"
 #define GATED_ATTENTION_REGION_TARGET GATED_ATTENTION_AVX512_TARGET
 #include "gated_attention/kernels/isa_region.inl"
+
+// The avx512 path with AVX512-BF16 and VNNI: only the SDPA of 16- and 8-bit K/V under
+// DotPrecision::storage runs here (ops/sdpa.hpp).
+#define GATED_ATTENTION_REGION_NAMESPACE avx512_bf16
+#define GATED_ATTENTION_REGION_SIMD "gated_attention/kernels/avx512/simd.inl"
+#define GATED_ATTENTION_REGION_TUNING "gated_attention/kernels/avx512/tuning.inl"
+#define GATED_ATTENTION_REGION_STORAGE_DOT "gated_attention/kernels/avx512/storage_dot.inl"
+#define GATED_ATTENTION_REGION_TARGET GATED_ATTENTION_AVX512_BF16_TARGET
+#include "gated_attention/kernels/isa_region.inl"
 #endif
 
 #if GATED_ATTENTION_AARCH64
@@ -79,7 +88,8 @@
 #define GATED_ATTENTION_SDPA_KERNELS(prefix, T, KT, VT)      \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT) \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx2, T, KT, VT)   \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx512, T, KT, VT)
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx512, T, KT, VT) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, avx512_bf16, T, KT, VT)
 #elif GATED_ATTENTION_AARCH64
 #define GATED_ATTENTION_SDPA_KERNELS(prefix, T, KT, VT)      \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT) \
@@ -91,9 +101,12 @@
 
 // The K/V type combinations the project's own programs (tests, benchmarks) compile once, in its
 // kernels library, under GATED_ATTENTION_EXTERN_KV_KERNELS; of one path.
-#define GATED_ATTENTION_KV_KERNELS_OF(prefix, isa)                              \
+#define GATED_ATTENTION_KV_KERNELS_OF(prefix, isa)              \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16) \
+  GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)
+// Those with a type the storage dot reads (the only ones the avx512_bf16 path compiles).
+#define GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)                     \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16)               \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                 \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, std::int8_t) \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, std::int8_t)        \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, f16)
@@ -106,6 +119,7 @@ GATED_ATTENTION_F32_KERNELS(extern)
 GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
 GATED_ATTENTION_KV_KERNELS_OF(extern, avx2)
 GATED_ATTENTION_KV_KERNELS_OF(extern, avx512)
+GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(extern, avx512_bf16)
 #elif GATED_ATTENTION_AARCH64
 GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
 GATED_ATTENTION_KV_KERNELS_OF(extern, neon)

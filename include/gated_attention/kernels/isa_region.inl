@@ -5,6 +5,7 @@
 //   GATED_ATTENTION_REGION_SIMD       "gated_attention/kernels/<isa>/simd.inl"
 //   GATED_ATTENTION_REGION_TUNING     "gated_attention/kernels/<isa>/tuning.inl"
 //   GATED_ATTENTION_REGION_TARGET     the target string (kernels/target.hpp); undefined: none
+//   GATED_ATTENTION_REGION_STORAGE_DOT  its StorageDot specialisations; undefined: none
 // and this file undefines them.
 #if defined(GATED_ATTENTION_REGION_TARGET)
 GATED_ATTENTION_TARGET_BEGIN(GATED_ATTENTION_REGION_TARGET)
@@ -14,6 +15,10 @@ namespace gated_attention::kernels::GATED_ATTENTION_REGION_NAMESPACE {
 // clang-format off
 #include GATED_ATTENTION_REGION_SIMD
 #include GATED_ATTENTION_REGION_TUNING
+#include "gated_attention/kernels/generic/storage_dot.inl"
+#if defined(GATED_ATTENTION_REGION_STORAGE_DOT)
+#include GATED_ATTENTION_REGION_STORAGE_DOT
+#endif
 // clang-format on
 static_assert(satisfies_simd_contract<Simd, Tuning>());
 // clang-format off
@@ -38,3 +43,4 @@ GATED_ATTENTION_TARGET_END
 #undef GATED_ATTENTION_REGION_SIMD
 #undef GATED_ATTENTION_REGION_TUNING
 #undef GATED_ATTENTION_REGION_TARGET
+#undef GATED_ATTENTION_REGION_STORAGE_DOT

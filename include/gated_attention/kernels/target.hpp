@@ -26,3 +26,6 @@
 #define GATED_ATTENTION_AVX2_TARGET "avx,avx2,fma,f16c,bmi,bmi2"
 #define GATED_ATTENTION_AVX512_TARGET \
   "avx,avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512dq,avx512vl"
+// The avx512 set plus the dot instructions of DotPrecision::storage.
+#define GATED_ATTENTION_AVX512_BF16_TARGET \
+  "avx,avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni"

@@ -76,13 +76,46 @@ inline const char* sdpa_path() {
 
 namespace detail {
 
+// Whether a call with these arguments runs the storage dot (kernels::avx512_bf16): 16- or 8-bit
+// K/V it reads, DotPrecision::storage, on the avx512 path of a CPU with AVX512-BF16 and VNNI.
+template <class KT, class VT>
+inline constexpr bool reads_storage_dot_v =
+    std::is_same_v<KT, bf16> || std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, bf16> ||
+    std::is_same_v<VT, std::int8_t>;
+
+template <class T, class KT, class VT>
+bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
+  return reads_storage_dot_v<KT, VT> && args.dot_precision == DotPrecision::storage &&
+         isa == Isa::avx512 && has_avx512_bf16_region_features(cpu_features());
+}
+
+}  // namespace detail
+
+// The path the next call with `args` takes: sdpa_path(), or "avx512_bf16" where it runs the
+// storage dot.
+template <class T, class KT, class VT>
+const char* sdpa_path(const SdpaArgs<T, KT, VT>& args) {
+  return detail::runs_storage_dot(args, active_isa()) ? "avx512_bf16" : sdpa_path();
+}
+
+namespace detail {
+
 struct SdpaTaskFns {
   TaskFn task = nullptr;   // phase 0: one task per (unit, key split)
   TaskFn merge = nullptr;  // phase 1: one task per split unit
 };
 
 template <class T, class KT, class VT>
-SdpaTaskFns sdpa_task_fns(Isa isa, std::int64_t dk, std::int64_t dv) {
+SdpaTaskFns sdpa_task_fns(const SdpaArgs<T, KT, VT>& args, Isa isa, std::int64_t dk,
+                          std::int64_t dv) {
+#if GATED_ATTENTION_X86
+  if constexpr (reads_storage_dot_v<KT, VT>) {
+    if (runs_storage_dot(args, isa)) {
+      return {kernels::avx512_bf16::sdpa_task_fn<T, KT, VT>(dk, dv),
+              &kernels::avx512_bf16::sdpa_merge<T, KT, VT>};
+    }
+  }
+#endif
   switch (isa) {
 #if GATED_ATTENTION_X86
     case Isa::avx512:
@@ -123,8 +156,8 @@ Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, i
     ctx.args = &args;
     ctx.plan = &plan;
     ctx.layout = &layout;
-    ctx.scale_log2 = args.effective_scale() * kernels::kLog2e;
-    const SdpaTaskFns fns = sdpa_task_fns<T, KT, VT>(active_isa(), plan.dk, plan.dv);
+    ctx.scale_log2 = args.scale_log2();
+    const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan.dk, plan.dv);
     if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
       body(ctx, plan, fns);
     } else {

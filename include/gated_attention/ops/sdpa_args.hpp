@@ -8,6 +8,7 @@
 // normaliser but has no value row. A row with no attended key outputs 0 (before the gate).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -64,6 +65,16 @@ struct AttentionStats {
   }
 };
 
+// How the dot products read 16- and 8-bit K/V (docs/design.md, "Dot precision").
+enum class DotPrecision : std::uint8_t {
+  // K/V widened to f32; q and the softmax weights stay f32.
+  exact,
+  // q rounded per row to K's type (round_query_row), on every path. Where the path has a dot
+  // instruction for the types, the softmax weights are rounded too: to bf16 for a bf16 V, to 8
+  // bits per block of keys for an int8 V. f32 K/V: as exact.
+  storage,
+};
+
 template <class T, class KT = T, class VT = KT>
 struct SdpaArgs {
   TensorView<const T, 5> q;   // [b, q_len, kv_heads, group, dk]
@@ -82,11 +93,36 @@ struct SdpaArgs {
                                    // (natural log, sinks included); -inf for rows without keys
   GateSpec<T> gate;                // optional output gate, applied to every output row
   AttentionStats stats;            // optional statistics (sink share, gate sparsity, magnitudes)
+  DotPrecision dot_precision = DotPrecision::exact;
 
   float effective_scale() const {
     return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(q.extents[4]));
   }
+  // The factor the kernels scale q by: the logit scale in log2 units (scores are base-2 exponents).
+  float scale_log2() const { return effective_scale() * 1.4426950408889634f; }
 };
+
+// Under DotPrecision::storage, each query row scaled by scale_log2() (in float) is rounded to K's
+// type before the dot products: bf16 and f16 to nearest even; int8 as store_kv quantises a cache
+// row, kept as its values times the row's scale (a row with NaN or Inf is left as it is); f32 K:
+// (or any other type): unchanged. `row` holds d values.
+template <class KT>
+void round_query_row(float* row, std::int64_t d) {
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    float max_abs = 0.0f, non_finite = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) {
+      max_abs = std::max(max_abs, std::fabs(row[i]));
+      non_finite += row[i] * 0.0f;  // 0 for finite values, NaN for NaN and +-Inf
+    }
+    if (!std::isfinite(max_abs + non_finite)) return;
+    const float inverse_scale = int8_inverse_scale(max_abs), scale = int8_scale(max_abs);
+    for (std::int64_t i = 0; i < d; ++i) {
+      row[i] = static_cast<float>(quantize_int8(row[i], inverse_scale)) * scale;
+    }
+  } else if constexpr (std::is_same_v<KT, bf16> || std::is_same_v<KT, f16>) {
+    for (std::int64_t i = 0; i < d; ++i) row[i] = to_float(from_float<KT>(row[i]));
+  }
+}
 
 // `args` reading K and V from other views, possibly of other types (int8 ones with their row
 // scales); every other field kept.
@@ -110,6 +146,7 @@ SdpaArgs<T, KT2, VT2> with_kv(const SdpaArgs<T, KT, VT>& args, TensorView<const 
   a.maybe_lse = args.maybe_lse;
   a.gate = args.gate;
   a.stats = args.stats;
+  a.dot_precision = args.dot_precision;
   return a;
 }
 

@@ -42,12 +42,9 @@ template <class KvT>
 float store_kv_elements(const float* x, std::int64_t d, KvT* out) {
   if constexpr (std::is_same_v<KvT, std::int8_t>) {
     const float max_abs = row_max_abs(x, d);
-    const float to_q = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) {
-      const float q = std::nearbyint(x[i] * to_q);  // ties to even (the default rounding mode)
-      out[i] = static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f));
-    }
-    return max_abs / 127.0f;
+    const float inverse_scale = int8_inverse_scale(max_abs);
+    for (std::int64_t i = 0; i < d; ++i) out[i] = quantize_int8(x[i], inverse_scale);
+    return int8_scale(max_abs);
   } else if constexpr (std::is_same_v<KvT, float>) {
     std::copy(x, x + d, out);
   } else {

@@ -39,15 +39,24 @@ struct SdpaRow {
   double compute_logits(std::int64_t valid) const {
     const std::int64_t q_len = args.q.extents[1], dk = args.q.extents[4];
     const std::int64_t pos = i + valid - q_len;
-    const double scale = args.effective_scale();
+    // Under DotPrecision::storage the query row as the kernels round it, in log2 units.
+    const bool rounded = args.dot_precision == DotPrecision::storage;
+    std::vector<double> query(static_cast<std::size_t>(dk));
+    std::vector<float> row(static_cast<std::size_t>(dk));
+    for (std::int64_t d = 0; d < dk; ++d) {
+      row[d] = static_cast<float>(as_double(args.q(b, i, kv, j, d))) * args.scale_log2();
+    }
+    if (rounded) round_query_row<KT>(row.data(), dk);
+    for (std::int64_t d = 0; d < dk; ++d) {
+      query[d] = rounded ? row[d] : as_double(args.q(b, i, kv, j, d));
+    }
+    const double scale = rounded ? std::log(2.0) : args.effective_scale();
     double max_logit = kNegInf;
     for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
       logits[key] = kNegInf;
       if (key >= valid || !args.mask.allows(pos, key)) continue;
       double dot = 0.0;
-      for (std::int64_t d = 0; d < dk; ++d) {
-        dot += as_double(args.q(b, i, kv, j, d)) * key_element(key, d);
-      }
+      for (std::int64_t d = 0; d < dk; ++d) dot += query[d] * key_element(key, d);
       logits[key] = scale * dot;
       max_logit = std::max(max_logit, logits[key]);
     }

@@ -21,18 +21,16 @@ struct DecodeBlocks {
   static std::int64_t score_stride(std::int64_t rows) { return rows <= 4 ? 4 : 8; }
 
   // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded and in the
-  // order the dot tiles read (Scores::order_query); and the
+  // form the dot tiles read (Scores::finish_query); and the
   // padded rows of S^T, which the dot tiles do not write, zeroed.
   static void pack_queries(const UnitWork<T, KT, VT>& u, std::int64_t stride) {
     const std::int64_t dkp = u.dk_padded(), depth = head_dim<kDk>(u.dk);
     for (std::int64_t h = 0; h < u.heads; ++h) {
       for (std::int64_t r = 0; r < u.rows_v; ++r) {
-        const T* q = u.query(h, r);
         float* row = u.w.q_t + h * u.q_size() + r * dkp;
-        for (std::int64_t d = 0; d < dkp; ++d) {
-          row[d] = q != nullptr && d < depth ? q[d] * u.scale_log2 : 0.0f;
-        }
-        Scores::order_query(row, depth);
+        u.scaled_query(h, r, depth, row, !Scores::kStorage);
+        std::fill(row + depth, row + dkp, 0.0f);
+        Scores::finish_query(row, depth, dkp);
       }
     }
     for (std::int64_t n = 0; n < u.heads * kBlock; ++n) {
@@ -90,7 +88,11 @@ struct DecodeBlocks {
     }
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
-    if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
+    if constexpr (Values::kStorage) {
+      next_keys.fetch(0, next_keys.rows);
+      Values::accumulate_storage(scores, stride, u.rows, values, v_stride, nb, head_dim<kDv>(u.dv),
+                                 out, dvp, w.kv_block);
+    } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
       widen_rows(values, v_stride, nb, kDv, w.kv_block);
       ValueTiles<float, kDv>::accumulate_in_place(scores, stride, u.rows, w.kv_block, kDv, nb, out,

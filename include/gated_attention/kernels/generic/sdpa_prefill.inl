@@ -12,11 +12,11 @@ struct PrefillBlocks {
   // The unit's queries, scaled by scale * log2(e), into the panels of Scores::q_panel_element.
   static void pack_queries(const UnitWork<T, KT, VT>& u) {
     const std::int64_t depth = head_dim<kDk>(u.dk);
+    float row[kMaxHeadDim];
     for (std::int64_t r = 0; r < u.rows_v; ++r) {
-      const T* q = u.query(0, r);
+      u.scaled_query(0, r, depth, row);
       for (std::int64_t d = 0; d < depth; ++d) {
-        *Scores::q_panel_element(u.w.q_t, u.rows_v, depth, r, d) =
-            q != nullptr ? q[d] * u.scale_log2 : 0.0f;
+        *Scores::q_panel_element(u.w.q_t, u.rows_v, depth, r, d) = row[d];
       }
     }
   }

@@ -127,9 +127,13 @@ struct ScoreTiles {
   // accumulator budget holds. f32 K: row groups of 4, each streaming the block's keys
   // (L1-resident); other K types: every row of a decode unit in one tile, so that each K vector
   // is widened once (see docs/performance-notes.md, "K/V types: one tile for every row").
-  static constexpr int kDotTileRows = std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit
-                                          ? 4
-                                          : static_cast<int>(kDecodeMaxRows);
+  // Storage dot tiles (StorageDot<KT>, DotPrecision::storage): every row in one tile too.
+  using Dot = StorageDot<KT>;
+  static constexpr bool kStorage = Dot::kAvailable;
+  static constexpr int kDotTileRows =
+      !kStorage && (std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit)
+          ? 4
+          : static_cast<int>(kDecodeMaxRows);
   // Keys of a tile of `rows` rows (f32: those of a 4-row tile, whatever its rows).
   static constexpr int keys_per_tile(int rows) {
     const int tile_rows = kDotTileRows == 4 ? 4 : rows;
@@ -139,9 +143,18 @@ struct ScoreTiles {
   // bf16 K rows are read a pair of vectors at a time (Simd::load_pairs: even and odd elements),
   // so each whole chunk of kStep elements of a packed q row holds its even elements, then its odd
   // ones (order_query); a tail shorter than kStep stays in order.
-  static constexpr bool kPairs = std::is_same_v<KT, bf16>;
+  static constexpr bool kPairs = std::is_same_v<KT, bf16> && !kStorage;
   static constexpr int kStep = kPairs ? 2 * L : L;
   static std::int64_t whole_steps(std::int64_t depth) { return depth / kStep * kStep; }
+  // A packed query row of `padded` floats (scaled, zero past depth) as the dot tiles read it:
+  // in order_query's order, or stored for the storage dot (unrounded: it rounds it itself).
+  static void finish_query(float* row, std::int64_t depth, std::int64_t padded) {
+    if constexpr (kStorage) {
+      Dot::pack_query(row, depth, padded);
+    } else {
+      order_query(row, depth);
+    }
+  }
   static void order_query(float* row, std::int64_t depth) {
     if constexpr (kPairs) {
       float chunk[kStep];
@@ -163,6 +176,11 @@ struct ScoreTiles {
                                                      std::int64_t dk, float* scores,
                                                      std::int64_t row_stride, LineCursor& ahead,
                                                      std::int64_t lines) {
+    if constexpr (kStorage) {
+      storage_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, scores, row_stride, ahead,
+                               lines);
+      return;
+    }
     V acc[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
@@ -198,6 +216,58 @@ struct ScoreTiles {
     }
     ahead.fetch(lines - per_step * steps);
     store_dot_sums<KB, RB>(acc, scores, row_stride);
+  }
+
+  // dot_tile by the storage dot: q_rows as Dot::pack_query left them (q_stride floats apart).
+  template <int KB, int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void storage_dot_tile(
+      const KT* keys, std::int64_t key_stride, const float* q_rows, std::int64_t q_stride,
+      std::int64_t dk, float* scores, std::int64_t row_stride, LineCursor& ahead,
+      std::int64_t lines) {
+    typename Dot::Acc acc[KB][RB];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) acc[k][r] = Dot::start(q_rows + r * q_stride, q_stride);
+    }
+    const std::int64_t depth = head_dim<kDk>(dk);
+    const std::int64_t whole = depth / Dot::kStep * Dot::kStep;
+    const std::int64_t steps = whole / Dot::kStep;
+    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    GATED_ATTENTION_UNROLL_PARTLY
+    for (std::int64_t d = 0; d < whole; d += Dot::kStep) {
+      ahead.fetch(per_step);
+      typename Dot::Raw kv[KB];
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) kv[k] = Dot::load(keys + k * key_stride + d);
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const typename Dot::Raw q = Dot::load_query(q_rows + r * q_stride, d);
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) acc[k][r] = Dot::dot(acc[k][r], kv[k], q);
+      }
+    }
+    if (whole < depth) {
+      const int count = static_cast<int>(depth - whole);
+      typename Dot::Raw kv[KB];
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) kv[k] = Dot::load_partial(keys + k * key_stride + whole, count);
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const typename Dot::Raw q = Dot::load_query_partial(q_rows + r * q_stride, whole, count);
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) acc[k][r] = Dot::dot(acc[k][r], kv[k], q);
+      }
+    }
+    ahead.fetch(lines - per_step * steps);
+    V sums[KB][RB];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k)
+        sums[k][r] = Dot::finish(acc[k][r], q_rows + r * q_stride, q_stride);
+    }
+    store_dot_sums<KB, RB>(sums, scores, row_stride);
   }
 
   // acc[k][r] += kv[k] * q[r] for one vector of d.

@@ -26,6 +26,16 @@ struct UnitWork {
     const std::int64_t g = plan.group;
     return r < rows ? &args.q(unit.batch, i0 + r / g, unit.kv_head + h, r % g, 0) : nullptr;
   }
+  // Row r of head h's query scaled to log2 units (and, under DotPrecision::storage where `round`,
+  // rounded to K's type) into row[0, depth); zeros past the rows.
+  void scaled_query(std::int64_t h, std::int64_t r, std::int64_t depth, float* row,
+                    bool round = true) const {
+    const T* q = query(h, r);
+    for (std::int64_t d = 0; d < depth; ++d) row[d] = q != nullptr ? q[d] * scale_log2 : 0.0f;
+    if (round && q != nullptr && args.dot_precision == DotPrecision::storage) {
+      round_query_row<KT>(row, depth);
+    }
+  }
   // Rows [n0, n0 + nb) of head h's S^T or P^T (`cols` of each, `stride` apart) times the keys'
   // row scales: the tiles read int8 rows without them. S^T takes the K scales before the
   // softmax, P^T the V scales after it (so that the softmax sums stay those of P).

@@ -174,6 +174,22 @@ struct ValueTiles {
     }
   }
 
+  // ---- Weights rounded for the storage dot (decode, StorageDot<VT>::kWeights) ----
+
+  using Dot = StorageDot<VT>;
+  static constexpr bool kStorage = Dot::kWeights;
+
+  // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P rounded as the
+  // storage dot reads it (into `staging`).
+  static void accumulate_storage(const float* p, std::int64_t row_stride, std::int64_t rows,
+                                 const VT* values, std::int64_t value_stride, std::int64_t num_keys,
+                                 std::int64_t dv, float* out, std::int64_t out_stride,
+                                 float* staging) {
+    auto* weights = reinterpret_cast<std::uint32_t*>(staging);
+    Dot::pack_weights(p, row_stride, num_keys, weights);
+    Dot::value_rows(rows, weights, row_stride, values, value_stride, num_keys, dv, out, out_stride);
+  }
+
   // ---- V read in place (decode) ----
 
   // V rows are read in place a group of kInPlaceKeys keys at a time (L1-resident while every row

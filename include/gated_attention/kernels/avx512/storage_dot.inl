@@ -1,0 +1,198 @@
+// Dot instructions on the stored 16- and 8-bit elements (AVX512-BF16 vdpbf16ps, AVX512-VNNI
+// vpdpbusd), for DotPrecision::storage: the StorageDot contract of
+// kernels/generic/storage_dot.inl, for bf16 (scores and values) and int8 (scores). Included
+// inside kernels::avx512_bf16 and its target region.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+inline __m512bh as_bf16_pairs(__m512i x) {
+  return (__m512bh)x;
+}
+
+// bf16 K: acc (f32 lanes) += the products of 32 bf16 pairs, q rounded to bf16.
+template <>
+struct StorageDot<bf16> {
+  static constexpr bool kAvailable = true;
+  static constexpr bool kWeights = true;
+  static constexpr int kStep = 32;  // elements of one raw vector
+  using Raw = __m512i;
+  using Acc = __m512;
+
+  static Raw load(const bf16* p) { return _mm512_loadu_si512(p); }
+  static Raw load_partial(const bf16* p, int n) { return _mm512_maskz_loadu_epi16(first(n), p); }
+  static Raw load_query(const float* row, std::int64_t d) {
+    return _mm512_loadu_si512(reinterpret_cast<const char*>(row) + 2 * d);
+  }
+  static Raw load_query_partial(const float* row, std::int64_t d, int n) {
+    return _mm512_maskz_loadu_epi16(first(n), reinterpret_cast<const char*>(row) + 2 * d);
+  }
+  static Acc start(const float*, std::int64_t) { return _mm512_setzero_ps(); }
+  static Acc dot(Acc acc, Raw k, Raw q) {
+    return _mm512_dpbf16_ps(acc, as_bf16_pairs(k), as_bf16_pairs(q));
+  }
+  static __m512 finish(Acc acc, const float*, std::int64_t) { return acc; }
+
+  // The row's scaled query (f32, d values) as bf16 at its start (RNE), zeros up to `padded`.
+  static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
+    std::uint16_t bits[kMaxHeadDim];
+    for (std::int64_t i = 0; i < padded; ++i) {
+      bits[i] = i < d ? gated_attention::detail::float_to_bf16_bits(row[i]) : 0;
+    }
+    std::memcpy(row, bits, static_cast<std::size_t>(padded) * sizeof(bits[0]));
+  }
+
+  // ---- P.V: P rounded to bf16, vdpbf16ps over pairs of keys: V rows 2m and 2m + 1 interleaved
+  // element by element (vpermt2w), P as (P[2m], P[2m + 1]) pairs per row ----
+
+  // pairs[m * stride + r] = (bf16(P^T[2m, r]), bf16(P^T[2m + 1, r])) for the num_keys rows of
+  // P^T (stride 4 or 8 floats), the missing key of an odd count 0.
+  static void pack_weights(const float* p, std::int64_t stride, std::int64_t num_keys,
+                           std::uint32_t* pairs) {
+    alignas(64) std::int32_t order[16];
+    for (int e = 0; e < 16; ++e) {
+      const std::int64_t pair = e / (2 * stride), r = e % (2 * stride) / 2;
+      order[e] = static_cast<std::int32_t>((2 * pair + e % 2) * stride + r);
+    }
+    const __m512i index = _mm512_load_si512(order);
+    const std::int64_t floats = num_keys * stride;
+    for (std::int64_t i = 0; i < floats; i += 16) {
+      const int n = static_cast<int>(std::min<std::int64_t>(16, floats - i));
+      const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p + i);
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_permutexvar_ps(index, x));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs + i / 2), (__m256i)b);
+    }
+  }
+
+  // Output dims [c, c + 32) of RB rows (stride out_stride) over num_keys V rows: V chunks of 32
+  // bf16 (count valid), interleaved per key pair into dims [c, c + 16) and [c + 16, c + 32).
+  template <int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* pairs, std::int64_t stride,
+                                                  const bf16* values, std::int64_t value_stride,
+                                                  std::int64_t num_keys, int count, float* out,
+                                                  std::int64_t out_stride) {
+    const __m512i low =
+        _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                          0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                          0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    const __mmask32 loads = first(count);
+    const __mmask16 lo_mask = static_cast<__mmask16>((1u << std::min(count, 16)) - 1u);
+    const __mmask16 hi_mask = static_cast<__mmask16>((1u << std::max(count - 16, 0)) - 1u);
+    __m512 acc[RB][2];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      acc[r][0] = _mm512_maskz_loadu_ps(lo_mask, out + r * out_stride);
+      acc[r][1] = _mm512_maskz_loadu_ps(hi_mask, out + r * out_stride + 16);
+    }
+    for (std::int64_t n = 0; n < num_keys; n += 2) {
+      const __m512i a = _mm512_maskz_loadu_epi16(loads, values + n * value_stride);
+      const __m512i b = n + 1 < num_keys
+                            ? _mm512_maskz_loadu_epi16(loads, values + (n + 1) * value_stride)
+                            : _mm512_setzero_si512();
+      const __m512bh lo = as_bf16_pairs(_mm512_permutex2var_epi16(a, low, b));
+      const __m512bh hi = as_bf16_pairs(_mm512_permutex2var_epi16(a, high, b));
+      const std::uint32_t* w = pairs + n / 2 * stride;
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const __m512bh weight = as_bf16_pairs(_mm512_set1_epi32(static_cast<std::int32_t>(w[r])));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], lo, weight);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], hi, weight);
+      }
+    }
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      _mm512_mask_storeu_ps(out + r * out_stride, lo_mask, acc[r][0]);
+      _mm512_mask_storeu_ps(out + r * out_stride + 16, hi_mask, acc[r][1]);
+    }
+  }
+
+  // RB rows, every chunk of dv.
+  template <int RB>
+  static void rows_chunks(const std::uint32_t* pairs, std::int64_t stride, const bf16* values,
+                          std::int64_t value_stride, std::int64_t num_keys, std::int64_t dv,
+                          float* out, std::int64_t out_stride) {
+    for (std::int64_t c = 0; c < dv; c += 32) {
+      const int count = static_cast<int>(std::min<std::int64_t>(32, dv - c));
+      chunk<RB>(pairs, stride, values + c, value_stride, num_keys, count, out + c, out_stride);
+    }
+  }
+
+  // `rows` <= RB rows, by their compile-time count.
+  template <int RB = 8>
+  static void value_rows(std::int64_t count, const std::uint32_t* pairs, std::int64_t stride,
+                         const bf16* values, std::int64_t value_stride, std::int64_t num_keys,
+                         std::int64_t dv, float* out, std::int64_t out_stride) {
+    if constexpr (RB > 0) {
+      if (count == RB) {
+        rows_chunks<RB>(pairs, stride, values, value_stride, num_keys, dv, out, out_stride);
+      } else {
+        value_rows<RB - 1>(count, pairs, stride, values, value_stride, num_keys, dv, out,
+                           out_stride);
+      }
+    }
+  }
+
+  static __mmask32 first(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
+};
+
+// int8 K: acc (int32 lanes) += (k + 128) q over 64 bytes (vpdpbusd takes unsigned x signed), q
+// quantised per row; the 128 q offset is subtracted by starting lane 0 at -128 sum(q).
+template <>
+struct StorageDot<std::int8_t> {
+  static constexpr bool kAvailable = true;
+  static constexpr bool kWeights = false;
+  static constexpr int kStep = 64;
+  using Raw = __m512i;
+  using Acc = __m512i;
+
+  static Raw to_unsigned(Raw k) { return _mm512_xor_si512(k, _mm512_set1_epi8(-128)); }
+  static Raw load(const std::int8_t* p) { return to_unsigned(_mm512_loadu_si512(p)); }
+  // Lanes past n hold 128 (unsigned), against zero query lanes.
+  static Raw load_partial(const std::int8_t* p, int n) {
+    return to_unsigned(_mm512_maskz_loadu_epi8(first(n), p));
+  }
+  static Raw load_query(const float* row, std::int64_t d) {
+    return _mm512_loadu_si512(reinterpret_cast<const char*>(row) + d);
+  }
+  static Raw load_query_partial(const float* row, std::int64_t d, int n) {
+    return _mm512_maskz_loadu_epi8(first(n), reinterpret_cast<const char*>(row) + d);
+  }
+  // A packed row of `padded` floats keeps its scale in the last one and -128 sum(q) (int32) in
+  // the one before it.
+  static Acc start(const float* row, std::int64_t padded) {
+    std::int32_t offset;
+    std::memcpy(&offset, row + padded - 2, sizeof(offset));
+    return _mm512_castsi128_si512(_mm_cvtsi32_si128(offset));
+  }
+  static Acc dot(Acc acc, Raw k, Raw q) { return _mm512_dpbusd_epi32(acc, k, q); }
+  static __m512 finish(Acc acc, const float* row, std::int64_t padded) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(row[padded - 1]));
+  }
+
+  // The row's scaled query (f32, d values) quantised as round_query_row does, at its start, zeros
+  // up to `padded` bytes; then its offset and scale (see start). A row with NaN or Inf gets a NaN
+  // scale.
+  static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
+    float max_abs = 0.0f, non_finite = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) {
+      max_abs = std::max(max_abs, std::fabs(row[i]));
+      non_finite += row[i] * 0.0f;
+    }
+    const bool finite = std::isfinite(max_abs + non_finite);
+    const float inverse_scale = finite ? int8_inverse_scale(max_abs) : 0.0f;
+    std::int8_t q[kMaxHeadDim];
+    std::int32_t sum = 0;
+    for (std::int64_t i = 0; i < padded; ++i) {
+      q[i] = i < d && finite ? quantize_int8(row[i], inverse_scale) : std::int8_t{0};
+      sum += q[i];
+    }
+    const std::int32_t offset = -128 * sum;
+    const float scale = finite ? int8_scale(max_abs) : std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(row, q, static_cast<std::size_t>(padded));
+    std::memcpy(row + padded - 2, &offset, sizeof(offset));
+    row[padded - 1] = scale;
+  }
+
+  static __mmask64 first(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
+};

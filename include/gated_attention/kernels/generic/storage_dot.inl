@@ -1,0 +1,15 @@
+// StorageDot<E>: dot instructions on stored elements of type E for DotPrecision::storage, where a
+// path has them (kernels/avx512/storage_dot.inl). Elsewhere none: the tiles widen to f32.
+//   kAvailable: decode scores by Raw vectors of kStep elements: Acc acc = start(q row, padded),
+//     acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as f32 lanes
+//     whose sum is the score; pack_query(row, d, padded) stores a scaled query row so.
+//   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+template <class E>
+struct StorageDot {
+  static constexpr bool kAvailable = false;
+  static constexpr bool kWeights = false;
+};
