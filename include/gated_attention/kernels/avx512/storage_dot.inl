@@ -70,7 +70,8 @@ struct StorageDot<bf16> {
   GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* pairs, std::int64_t stride,
                                                   const bf16* values, std::int64_t value_stride,
                                                   std::int64_t num_keys, int count, float* out,
-                                                  std::int64_t out_stride) {
+                                                  std::int64_t out_stride, LineCursor& ahead,
+                                                  std::int64_t lines_per_pair) {
     const __m512i low =
         _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
                           0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
@@ -86,6 +87,7 @@ struct StorageDot<bf16> {
       acc[r][1] = _mm512_maskz_loadu_ps(hi_mask, out + r * out_stride + 16);
     }
     for (std::int64_t n = 0; n < num_keys; n += 2) {
+      ahead.fetch(lines_per_pair);
       const __m512i a = _mm512_maskz_loadu_epi16(loads, values + n * value_stride);
       const __m512i b = n + 1 < num_keys
                             ? _mm512_maskz_loadu_epi16(loads, values + (n + 1) * value_stride)
@@ -107,28 +109,34 @@ struct StorageDot<bf16> {
     }
   }
 
-  // RB rows, every chunk of dv.
+  // RB rows, every chunk of dv; ahead: its lines fetched in even shares over the key pairs.
   template <int RB>
   static void rows_chunks(const std::uint32_t* pairs, std::int64_t stride, const bf16* values,
                           std::int64_t value_stride, std::int64_t num_keys, std::int64_t dv,
-                          float* out, std::int64_t out_stride) {
+                          float* out, std::int64_t out_stride, const RowPrefetch& ahead) {
+    LineCursor cursor{ahead};
+    const std::int64_t steps = (dv + 31) / 32 * ((num_keys + 1) / 2);
+    const std::int64_t lines_per_pair = steps > 0 ? (cursor.lines() + steps - 1) / steps : 0;
     for (std::int64_t c = 0; c < dv; c += 32) {
       const int count = static_cast<int>(std::min<std::int64_t>(32, dv - c));
-      chunk<RB>(pairs, stride, values + c, value_stride, num_keys, count, out + c, out_stride);
+      chunk<RB>(pairs, stride, values + c, value_stride, num_keys, count, out + c, out_stride,
+                cursor, lines_per_pair);
     }
+    cursor.fetch_rest();
   }
 
   // `rows` <= RB rows, by their compile-time count.
   template <int RB = 8>
   static void value_rows(std::int64_t count, const std::uint32_t* pairs, std::int64_t stride,
                          const bf16* values, std::int64_t value_stride, std::int64_t num_keys,
-                         std::int64_t dv, float* out, std::int64_t out_stride) {
+                         std::int64_t dv, float* out, std::int64_t out_stride,
+                         const RowPrefetch& ahead) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        rows_chunks<RB>(pairs, stride, values, value_stride, num_keys, dv, out, out_stride);
+        rows_chunks<RB>(pairs, stride, values, value_stride, num_keys, dv, out, out_stride, ahead);
       } else {
         value_rows<RB - 1>(count, pairs, stride, values, value_stride, num_keys, dv, out,
-                           out_stride);
+                           out_stride, ahead);
       }
     }
   }

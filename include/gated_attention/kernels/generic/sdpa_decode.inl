@@ -89,9 +89,8 @@ struct DecodeBlocks {
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
     if constexpr (Values::kStorage) {
-      next_keys.fetch(0, next_keys.rows);
       Values::accumulate_storage(scores, stride, u.rows, values, v_stride, nb, head_dim<kDv>(u.dv),
-                                 out, dvp, w.kv_block);
+                                 out, dvp, w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
       widen_rows(values, v_stride, nb, kDv, w.kv_block);

@@ -180,14 +180,15 @@ struct ValueTiles {
   static constexpr bool kStorage = Dot::kWeights;
 
   // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P rounded as the
-  // storage dot reads it (into `staging`).
+  // storage dot reads it (into `staging`); ahead: rows fetched in even shares along the way.
   static void accumulate_storage(const float* p, std::int64_t row_stride, std::int64_t rows,
                                  const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                                  std::int64_t dv, float* out, std::int64_t out_stride,
-                                 float* staging) {
+                                 float* staging, const RowPrefetch& ahead) {
     auto* weights = reinterpret_cast<std::uint32_t*>(staging);
     Dot::pack_weights(p, row_stride, num_keys, weights);
-    Dot::value_rows(rows, weights, row_stride, values, value_stride, num_keys, dv, out, out_stride);
+    Dot::value_rows(rows, weights, row_stride, values, value_stride, num_keys, dv, out, out_stride,
+                    ahead);
   }
 
   // ---- V read in place (decode) ----
