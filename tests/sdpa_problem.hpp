@@ -275,7 +275,8 @@ inline std::string describe(const Case& c) {
      << c.q_exponent << " v_exponent " << c.v_exponent << " denormals " << c.denormals
      << " poison_invisible " << c.poison_invisible_keys << " poisoned keys "
      << c.poisoned_keys.size() << " (" << c.poison_value << ") k " << to_string(c.k_type) << " v "
-     << to_string(c.v_type) << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
+     << to_string(c.v_type) << (c.precision == DotPrecision::storage ? " storage" : " exact")
+     << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
   return os.str();
 }
 

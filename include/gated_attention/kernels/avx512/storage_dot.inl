@@ -109,7 +109,8 @@ struct StorageDot<bf16> {
     }
   }
 
-  // RB rows, every chunk of dv; ahead: its lines fetched in even shares over the key pairs.
+  // RB rows, every chunk of dv; ahead: its lines fetched in even shares over the key pairs (see
+  // docs/performance-notes.md, "Storage dot precision: vdpbf16ps and VNNI on the decode tiles").
   template <int RB>
   static void rows_chunks(const std::uint32_t* pairs, std::int64_t stride, const bf16* values,
                           std::int64_t value_stride, std::int64_t num_keys, std::int64_t dv,
@@ -149,7 +150,7 @@ struct StorageDot<bf16> {
 template <>
 struct StorageDot<std::int8_t> {
   static constexpr bool kAvailable = true;
-  static constexpr bool kWeights = false;
+  static constexpr bool kWeights = true;
   static constexpr int kStep = 64;
   using Raw = __m512i;
   using Acc = __m512i;
@@ -202,5 +203,165 @@ struct StorageDot<std::int8_t> {
     row[padded - 1] = scale;
   }
 
+  // ---- P.V: the weights (P times the V scales) as u8 per block and row, vpdpbusd over quads of
+  // keys: V rows 4j..4j+3 interleaved byte by byte, the weights as 4 bytes per row ----
+
+  // Where pack_weights leaves the rows' weight scales, in floats past `weights`.
+  static constexpr std::int64_t kWeightScales = 64;
+
+  // quads[j * stride + r] = the bytes round(w[4j + i, r] * 255 / max_n w[n, r]), i < 4, of the
+  // num_keys rows of W^T (stride 4 or 8 floats; missing keys 0); the scales max / 255 at
+  // kWeightScales.
+  static void pack_weights(const float* w, std::int64_t stride, std::int64_t num_keys,
+                           std::uint32_t* quads) {
+    const std::int64_t floats = num_keys * stride;
+    __m512 max = _mm512_setzero_ps();
+    for (std::int64_t i = 0; i < floats; i += 16) {
+      max = _mm512_max_ps(max, _mm512_maskz_loadu_ps(lanes(floats - i), w + i));
+    }
+    max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0x4E));  // lane i: row i % stride
+    if (stride == 4) max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0xB1));
+    const __mmask16 positive = _mm512_cmp_ps_mask(max, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 inverse = _mm512_maskz_div_ps(positive, _mm512_set1_ps(255.0f), max);
+    _mm512_mask_storeu_ps(reinterpret_cast<float*>(quads) + kWeightScales,
+                          static_cast<__mmask16>((1u << stride) - 1u),
+                          _mm512_div_ps(max, _mm512_set1_ps(255.0f)));
+    // Element e of a group of 4 keys: row e / 4 (+ 4 in the second half), key e % 4.
+    alignas(64) std::int32_t order[16];
+    for (int e = 0; e < 16; ++e) {
+      const int r = e / 4, k = e % 4;
+      order[e] = stride == 8 ? (k >= 2 ? 16 : 0) + (k % 2) * 8 + r : k * 4 + r;
+    }
+    const __m512i index = _mm512_load_si512(order);
+    const __m512i upper = _mm512_add_epi32(index, _mm512_set1_epi32(4));
+    for (std::int64_t n = 0; n < num_keys; n += 4) {
+      const std::int64_t i = n * stride;
+      const __m512i a = _mm512_cvtps_epi32(
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(floats - i), w + i), inverse));
+      __m128i* out = reinterpret_cast<__m128i*>(quads + n / 4 * stride);
+      if (stride == 4) {
+        _mm_storeu_si128(out, _mm512_cvtepi32_epi8(_mm512_permutexvar_epi32(index, a)));
+      } else {
+        const __m512i b = _mm512_cvtps_epi32(
+            _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(floats - i - 16), w + i + 16), inverse));
+        _mm_storeu_si128(out, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(a, index, b)));
+        _mm_storeu_si128(out + 1, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(a, upper, b)));
+      }
+    }
+  }
+
+  // Output dims [c, c + 64) (count valid) of RB rows over num_keys V rows, fetching
+  // lines_per_quad lines of `ahead` per 4 keys.
+  template <int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* quads, std::int64_t stride,
+                                                  const std::int8_t* values,
+                                                  std::int64_t value_stride, std::int64_t num_keys,
+                                                  int count, float* out, std::int64_t out_stride,
+                                                  LineCursor& ahead, std::int64_t lines_per_quad) {
+    __m512i acc[RB][4];
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+    }
+    const __mmask64 loads = first(count);
+    for (std::int64_t n = 0; n < num_keys; n += 4) {
+      ahead.fetch(lines_per_quad);
+      __m512i v[4];
+      GATED_ATTENTION_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        v[i] = n + i < num_keys ? _mm512_maskz_loadu_epi8(loads, values + (n + i) * value_stride)
+                                : _mm512_setzero_si512();
+      }
+      // Lane (l, i) of x[j]: dim 16 l + 4 j + i's bytes of the 4 keys.
+      const __m512i lo01 = _mm512_unpacklo_epi8(v[0], v[1]),
+                    hi01 = _mm512_unpackhi_epi8(v[0], v[1]);
+      const __m512i lo23 = _mm512_unpacklo_epi8(v[2], v[3]),
+                    hi23 = _mm512_unpackhi_epi8(v[2], v[3]);
+      const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                            _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+      const std::uint32_t* w = quads + n / 4 * stride;
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const __m512i weight = _mm512_set1_epi32(static_cast<std::int32_t>(w[r]));
+        GATED_ATTENTION_UNROLL
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], weight, x[j]);
+      }
+    }
+    const float* scales = reinterpret_cast<const float*>(quads) + kWeightScales;
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) add_scaled(acc[r], scales[r], count, out + r * out_stride);
+  }
+
+  // out[0, count) += scale * the dims of acc (lane (l, i) of acc[j]: dim 16 l + 4 j + i), by a
+  // transpose of 128-bit lanes.
+  GATED_ATTENTION_ALWAYS_INLINE static void add_scaled(const __m512i (&acc)[4], float scale,
+                                                       int count, float* out) {
+    const __m512i t0 = _mm512_shuffle_i32x4(acc[0], acc[1], 0x44);
+    const __m512i t1 = _mm512_shuffle_i32x4(acc[2], acc[3], 0x44);
+    const __m512i t2 = _mm512_shuffle_i32x4(acc[0], acc[1], 0xEE);
+    const __m512i t3 = _mm512_shuffle_i32x4(acc[2], acc[3], 0xEE);
+    const __m512i dims[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                             _mm512_shuffle_i32x4(t2, t3, 0x88),
+                             _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+    const __m512 s = _mm512_set1_ps(scale);
+    GATED_ATTENTION_UNROLL
+    for (int l = 0; l < 4; ++l) {
+      const __mmask16 m = lanes(count - 16 * l);
+      const __m512 o = _mm512_maskz_loadu_ps(m, out + 16 * l);
+      _mm512_mask_storeu_ps(out + 16 * l, m, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dims[l]), s, o));
+    }
+  }
+
+  // RB <= 4 rows, every chunk of dv; ahead: its lines fetched in even shares over the quads.
+  template <int RB>
+  static void rows_chunks(const std::uint32_t* quads, std::int64_t stride,
+                          const std::int8_t* values, std::int64_t value_stride,
+                          std::int64_t num_keys, std::int64_t dv, float* out,
+                          std::int64_t out_stride, LineCursor& cursor,
+                          std::int64_t lines_per_quad) {
+    for (std::int64_t c = 0; c < dv; c += 64) {
+      const int count = static_cast<int>(std::min<std::int64_t>(64, dv - c));
+      chunk<RB>(quads, stride, values + c, value_stride, num_keys, count, out + c, out_stride,
+                cursor, lines_per_quad);
+    }
+  }
+
+  template <int RB = 4>
+  static void row_group(std::int64_t count, const std::uint32_t* quads, std::int64_t stride,
+                        const std::int8_t* values, std::int64_t value_stride, std::int64_t num_keys,
+                        std::int64_t dv, float* out, std::int64_t out_stride, LineCursor& cursor,
+                        std::int64_t lines_per_quad) {
+    if constexpr (RB > 0) {
+      if (count == RB) {
+        rows_chunks<RB>(quads, stride, values, value_stride, num_keys, dv, out, out_stride, cursor,
+                        lines_per_quad);
+      } else {
+        row_group<RB - 1>(count, quads, stride, values, value_stride, num_keys, dv, out, out_stride,
+                          cursor, lines_per_quad);
+      }
+    }
+  }
+
+  // O [rows, dv] += W V, W packed by pack_weights; ahead fetched along the way.
+  static void value_rows(std::int64_t rows, const std::uint32_t* quads, std::int64_t stride,
+                         const std::int8_t* values, std::int64_t value_stride,
+                         std::int64_t num_keys, std::int64_t dv, float* out,
+                         std::int64_t out_stride, const RowPrefetch& ahead) {
+    LineCursor cursor{ahead};
+    const std::int64_t groups = (rows + 3) / 4;
+    const std::int64_t steps = groups * ((dv + 63) / 64) * ((num_keys + 3) / 4);
+    const std::int64_t lines_per_quad = steps > 0 ? (cursor.lines() + steps - 1) / steps : 0;
+    for (std::int64_t r = 0; r < rows; r += 4) {  // quads + r: the group's weights and scales
+      row_group(std::min<std::int64_t>(4, rows - r), quads + r, stride, values, value_stride,
+                num_keys, dv, out + r * out_stride, out_stride, cursor, lines_per_quad);
+    }
+    cursor.fetch_rest();
+  }
+
+  static __mmask16 lanes(std::int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xffff)
+                   : static_cast<__mmask16>((1u << std::max<std::int64_t>(n, 0)) - 1u);
+  }
   static __mmask64 first(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 };
