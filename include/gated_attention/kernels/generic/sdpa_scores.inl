@@ -224,6 +224,7 @@ struct ScoreTiles {
       const KT* keys, std::int64_t key_stride, const float* q_rows, std::int64_t q_stride,
       std::int64_t dk, float* scores, std::int64_t row_stride, LineCursor& ahead,
       std::int64_t lines) {
+    if constexpr (kDk > 0) q_stride = round_up(kDk, kRowPadding);  // constant offsets
     typename Dot::Acc acc[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -287,6 +288,9 @@ struct ScoreTiles {
                                                            std::int64_t row_stride) {
     if constexpr (KB == 4 && RB == 4) {
       S::reduce_add_4x4(acc, scores, row_stride);
+    } else if (KB == 2 && RB == 8 && row_stride == 8) {
+      // 2 keys of 8 rows, 8 apart (as decode lays them out): the 16 sums as 4 x 4 sums 4 apart.
+      S::reduce_add_4x4(reinterpret_cast<const V(&)[4][4]>(acc), scores, 4);
     } else if constexpr (RB == 8) {
       GATED_ATTENTION_UNROLL
       for (int k = 0; k < KB; ++k) {
