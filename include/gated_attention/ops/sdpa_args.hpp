@@ -102,23 +102,38 @@ struct SdpaArgs {
   float scale_log2() const { return effective_scale() * 1.4426950408889634f; }
 };
 
+namespace detail {
+
+// A query row of d values quantised as store_kv quantises a cache row, into q; returns the row's
+// scale, NaN (and q all 0) when the row holds NaN or Inf.
+inline float quantize_query_row(const float* row, std::int64_t d, std::int8_t* q) {
+  float max_abs = 0.0f, non_finite = 0.0f;
+  for (std::int64_t i = 0; i < d; ++i) {
+    max_abs = std::max(max_abs, std::fabs(row[i]));
+    non_finite += row[i] * 0.0f;  // 0 for finite values, NaN for NaN and +-Inf
+  }
+  const bool finite = std::isfinite(max_abs + non_finite);
+  const float inverse_scale = finite ? int8_inverse_scale(max_abs) : 0.0f;
+  for (std::int64_t i = 0; i < d; ++i) {
+    q[i] = finite ? quantize_int8(row[i], inverse_scale) : std::int8_t{0};
+  }
+  return finite ? int8_scale(max_abs) : std::numeric_limits<float>::quiet_NaN();
+}
+
+}  // namespace detail
+
 // Under DotPrecision::storage, each query row scaled by scale_log2() (in float) is rounded to K's
 // type before the dot products: bf16 and f16 to nearest even; int8 as store_kv quantises a cache
-// row, kept as its values times the row's scale (a row with NaN or Inf is left as it is); f32 K:
-// (or any other type): unchanged. `row` holds d values.
+// row (detail::quantize_query_row), kept as its values times the row's scale (a row with NaN or
+// Inf is left as it is); f32 K (or any other type): unchanged. `row` holds d <= kMaxHeadDim
+// values.
 template <class KT>
 void round_query_row(float* row, std::int64_t d) {
   if constexpr (std::is_same_v<KT, std::int8_t>) {
-    float max_abs = 0.0f, non_finite = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) {
-      max_abs = std::max(max_abs, std::fabs(row[i]));
-      non_finite += row[i] * 0.0f;  // 0 for finite values, NaN for NaN and +-Inf
-    }
-    if (!std::isfinite(max_abs + non_finite)) return;
-    const float inverse_scale = int8_inverse_scale(max_abs), scale = int8_scale(max_abs);
-    for (std::int64_t i = 0; i < d; ++i) {
-      row[i] = static_cast<float>(quantize_int8(row[i], inverse_scale)) * scale;
-    }
+    std::int8_t q[kMaxHeadDim];
+    const float scale = detail::quantize_query_row(row, d, q);
+    if (std::isnan(scale)) return;
+    for (std::int64_t i = 0; i < d; ++i) row[i] = static_cast<float>(q[i]) * scale;
   } else if constexpr (std::is_same_v<KT, bf16> || std::is_same_v<KT, f16>) {
     for (std::int64_t i = 0; i < d; ++i) row[i] = to_float(from_float<KT>(row[i]));
   }

@@ -183,21 +183,11 @@ struct StorageDot<std::int8_t> {
   // up to `padded` bytes; then its offset and scale (see start). A row with NaN or Inf gets a NaN
   // scale.
   static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
-    float max_abs = 0.0f, non_finite = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) {
-      max_abs = std::max(max_abs, std::fabs(row[i]));
-      non_finite += row[i] * 0.0f;
-    }
-    const bool finite = std::isfinite(max_abs + non_finite);
-    const float inverse_scale = finite ? int8_inverse_scale(max_abs) : 0.0f;
-    std::int8_t q[kMaxHeadDim];
+    std::int8_t q[kMaxHeadDim] = {};
+    const float scale = gated_attention::detail::quantize_query_row(row, d, q);
     std::int32_t sum = 0;
-    for (std::int64_t i = 0; i < padded; ++i) {
-      q[i] = i < d && finite ? quantize_int8(row[i], inverse_scale) : std::int8_t{0};
-      sum += q[i];
-    }
+    for (std::int64_t i = 0; i < d; ++i) sum += q[i];
     const std::int32_t offset = -128 * sum;
-    const float scale = finite ? int8_scale(max_abs) : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(row, q, static_cast<std::size_t>(padded));
     std::memcpy(row + padded - 2, &offset, sizeof(offset));
     row[padded - 1] = scale;
