@@ -1,7 +1,7 @@
 // Dot instructions on the stored 16- and 8-bit elements (AVX512-BF16 vdpbf16ps, AVX512-VNNI
 // vpdpbusd), for DotPrecision::storage: the StorageDot contract of
-// kernels/generic/storage_dot.inl, for bf16 (scores and values) and int8 (scores). Included
-// inside kernels::avx512_bf16 and its target region.
+// kernels/generic/storage_dot.inl, for bf16 and int8 (scores and values). Included inside
+// kernels::avx512_bf16 and its target region.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
