@@ -106,8 +106,8 @@ struct SdpaTaskFns {
 };
 
 template <class T, class KT, class VT>
-SdpaTaskFns sdpa_task_fns(const SdpaArgs<T, KT, VT>& args, Isa isa, std::int64_t dk,
-                          std::int64_t dv) {
+SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa isa,
+                          std::int64_t dk, std::int64_t dv) {
 #if GATED_ATTENTION_X86
   if constexpr (reads_storage_dot_v<KT, VT>) {
     if (runs_storage_dot(args, isa)) {
