@@ -66,15 +66,6 @@ std::vector<Case> kv_type_cases(KvType k, KvType v) {
   return cases;
 }
 
-template <KvType k, KvType v>
-void check_types() {
-  for (const Case& c : kv_type_cases(k, v)) {
-    const PathCheck r = check_every_path_as<KvElement<k>, KvElement<v>>(c);
-    INFO(r.failure);
-    CHECK(r.failure.empty());
-  }
-}
-
 // DotPrecision::storage: the reference rounds q as the kernels do (round_query_row), so the q
 // rounding adds no error; the storage dot's integer sums of int8 products are exact, and its one
 // f32 product by the query row's scale adds 2^-24 relative to the logit. What remains is the
@@ -89,12 +80,15 @@ void check_types() {
 //   (16 / 510) max(s) 127 = 3.1e-2 max|v|. Tolerance factor 3200: per-element atol 3.2e-2 (the
 //   typical error, of rounding errors of either sign, is about 1e-3).
 template <KvType k, KvType v>
-void check_storage_precision() {
+void check_types(gated_attention::DotPrecision precision = gated_attention::DotPrecision::exact) {
+  const bool storage = precision == gated_attention::DotPrecision::storage;
   for (Case c : kv_type_cases(k, v)) {
-    c.name += " storage";
-    c.with_precision(gated_attention::DotPrecision::storage);
-    if (v == KvType::bf16) c.tol_scale = 256.0;
-    if (v == KvType::i8) c.tol_scale = 3200.0;
+    if (storage) {
+      c.name += " storage";
+      c.with_precision(precision);
+      if (v == KvType::bf16) c.tol_scale = 256.0;
+      if (v == KvType::i8) c.tol_scale = 3200.0;
+    }
     const PathCheck r = check_every_path_as<KvElement<k>, KvElement<v>>(c);
     INFO(r.failure);
     CHECK(r.failure.empty());
@@ -121,11 +115,12 @@ TEST_CASE("sdpa: K and V of different types on every path", "[sdpa][kv_types]") 
 }
 
 TEST_CASE("sdpa: storage dot precision on every path", "[sdpa][kv_types]") {
-  check_storage_precision<KvType::bf16, KvType::bf16>();
-  check_storage_precision<KvType::i8, KvType::i8>();
-  check_storage_precision<KvType::bf16, KvType::i8>();
-  check_storage_precision<KvType::i8, KvType::f16>();
-  check_storage_precision<KvType::f16, KvType::f16>();
+  constexpr auto kStorage = gated_attention::DotPrecision::storage;
+  check_types<KvType::bf16, KvType::bf16>(kStorage);
+  check_types<KvType::i8, KvType::i8>(kStorage);
+  check_types<KvType::bf16, KvType::i8>(kStorage);
+  check_types<KvType::i8, KvType::f16>(kStorage);
+  check_types<KvType::f16, KvType::f16>(kStorage);
 }
 
 TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_types]") {

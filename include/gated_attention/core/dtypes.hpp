@@ -182,6 +182,18 @@ template <class E>
 inline constexpr bool is_activation_type_v =
     std::is_same_v<E, float> || std::is_same_v<E, bf16> || std::is_same_v<E, f16>;
 
+namespace detail {
+// The largest |x| of a row of d values; NaN if the row holds NaN or Inf.
+inline float row_max_abs(const float* x, std::int64_t d) {
+  float max_abs = 0.0f, non_finite = 0.0f;
+  for (std::int64_t i = 0; i < d; ++i) {
+    max_abs = std::max(max_abs, std::fabs(x[i]));
+    non_finite += x[i] * 0.0f;  // 0 for finite x, NaN for NaN and +-Inf
+  }
+  return max_abs + non_finite;
+}
+}  // namespace detail
+
 // Symmetric int8 rows: a row of largest magnitude max_abs is stored as q = x * 127 / max_abs
 // rounded to nearest even, with the scale max_abs / 127 (0 for a zero row).
 inline float int8_scale(float max_abs) {

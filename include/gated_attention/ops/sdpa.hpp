@@ -78,10 +78,14 @@ namespace detail {
 
 // Whether a call with these arguments runs the storage dot (kernels::avx512_bf16): 16- or 8-bit
 // K/V it reads, DotPrecision::storage, on the avx512 path of a CPU with AVX512-BF16 and VNNI.
+#if GATED_ATTENTION_X86
 template <class KT, class VT>
-inline constexpr bool reads_storage_dot_v =
-    std::is_same_v<KT, bf16> || std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, bf16> ||
-    std::is_same_v<VT, std::int8_t>;
+inline constexpr bool reads_storage_dot_v = kernels::avx512_bf16::StorageDot<KT>::kAvailable ||
+                                            kernels::avx512_bf16::StorageDot<VT>::kWeights;
+#else
+template <class KT, class VT>
+inline constexpr bool reads_storage_dot_v = false;
+#endif
 
 template <class T, class KT, class VT>
 bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {

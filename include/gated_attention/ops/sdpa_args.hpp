@@ -107,12 +107,8 @@ namespace detail {
 // A query row of d values quantised as store_kv quantises a cache row, into q; returns the row's
 // scale, NaN (and q all 0) when the row holds NaN or Inf.
 inline float quantize_query_row(const float* row, std::int64_t d, std::int8_t* q) {
-  float max_abs = 0.0f, non_finite = 0.0f;
-  for (std::int64_t i = 0; i < d; ++i) {
-    max_abs = std::max(max_abs, std::fabs(row[i]));
-    non_finite += row[i] * 0.0f;  // 0 for finite values, NaN for NaN and +-Inf
-  }
-  const bool finite = std::isfinite(max_abs + non_finite);
+  const float max_abs = row_max_abs(row, d);
+  const bool finite = std::isfinite(max_abs);
   const float inverse_scale = finite ? int8_inverse_scale(max_abs) : 0.0f;
   for (std::int64_t i = 0; i < d; ++i) {
     q[i] = finite ? quantize_int8(row[i], inverse_scale) : std::int8_t{0};

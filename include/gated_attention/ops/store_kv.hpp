@@ -26,16 +26,6 @@ Status can_implement(const StoreKvArgs<KvT>& args) {
 
 namespace detail {
 
-// The largest |x| of a row of d values; NaN if the row holds NaN or Inf.
-inline float row_max_abs(const float* x, std::int64_t d) {
-  float max_abs = 0.0f, non_finite = 0.0f;
-  for (std::int64_t i = 0; i < d; ++i) {
-    max_abs = std::max(max_abs, std::fabs(x[i]));
-    non_finite += x[i] * 0.0f;  // 0 for finite x, NaN for NaN and +-Inf
-  }
-  return max_abs + non_finite;
-}
-
 // One row of d values into a cache row; returns its scale (int8: max|x| / 127, NaN when the row
 // holds NaN or Inf; 1 for the other types).
 template <class KvT>

@@ -228,8 +228,9 @@ struct ScoreTiles {
     typename Dot::Acc acc[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
+      const typename Dot::Acc start = Dot::start(q_rows + r * q_stride, q_stride);
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) acc[k][r] = Dot::start(q_rows + r * q_stride, q_stride);
+      for (int k = 0; k < KB; ++k) acc[k][r] = start;
     }
     const std::int64_t depth = head_dim<kDk>(dk);
     const std::int64_t whole = depth / Dot::kStep * Dot::kStep;
