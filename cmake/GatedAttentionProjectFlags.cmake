@@ -25,11 +25,11 @@ function(gated_attention_add_kernels_library name)
     string(TOLOWER ${path} isa)
     set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
     file(GENERATE OUTPUT ${unit} CONTENT
-      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#define GATED_ATTENTION_INSTANTIATE_KV_KERNELS 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
+      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#define GATED_ATTENTION_INSTANTIATE_TYPED_KERNELS 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
     target_sources(${name} PRIVATE ${unit})
   endforeach()
   target_link_libraries(${name} PUBLIC gated_attention::gated_attention)
   gated_attention_project_options(${name})
   target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_KERNELS
-                                                GATED_ATTENTION_EXTERN_KV_KERNELS)
+                                                GATED_ATTENTION_EXTERN_TYPED_KERNELS)
 endfunction()

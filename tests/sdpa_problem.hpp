@@ -73,7 +73,8 @@ enum class GateKind {
 };
 enum class SinkKind { none, learned, plus_one, some_neg_inf, large };
 // The element type K or V is stored in (the float inputs rounded to it, or int8 rows quantised).
-enum class KvType { f32, bf16, f16, i8 };
+// Element types: of K and V (all four), of the activations q, gate and out (f32, bf16, f16).
+enum class ElementType { f32, bf16, f16, i8 };
 
 inline const char* to_string(Layout l) {
   switch (l) {
@@ -105,15 +106,15 @@ inline const char* to_string(GateKind g) {
   }
   return "?";
 }
-inline const char* to_string(KvType t) {
+inline const char* to_string(ElementType t) {
   switch (t) {
-    case KvType::f32:
+    case ElementType::f32:
       return "f32";
-    case KvType::bf16:
+    case ElementType::bf16:
       return "bf16";
-    case KvType::f16:
+    case ElementType::f16:
       return "f16";
-    case KvType::i8:
+    case ElementType::i8:
       return "i8";
   }
   return "?";
@@ -164,7 +165,8 @@ struct Case {
   bool poison_invisible_keys = false;       // NaN in the K/V rows no query of the entry sees
   std::vector<std::int64_t> poisoned_keys;  // keys whose K rows hold NaN and V rows poison_value
   float poison_value = std::numeric_limits<float>::quiet_NaN();
-  KvType k_type = KvType::f32, v_type = KvType::f32;
+  ElementType k_type = ElementType::f32, v_type = ElementType::f32;
+  ElementType activation_type = ElementType::f32;  // q, gate and out: f32, bf16 or f16
   DotPrecision precision = DotPrecision::exact;
   bool check_standalone_gate = false;  // also ops/output_gate on the ungated reference output
   double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
@@ -228,9 +230,13 @@ struct Case {
     expect_min_splits = s;
     return *this;
   }
-  Case& with_kv_types(KvType k, KvType v) {
+  Case& with_kv_types(ElementType k, ElementType v) {
     k_type = k;
     v_type = v;
+    return *this;
+  }
+  Case& with_activation_type(ElementType t) {
+    activation_type = t;
     return *this;
   }
   Case& with_precision(DotPrecision p) {
@@ -275,8 +281,9 @@ inline std::string describe(const Case& c) {
      << c.q_exponent << " v_exponent " << c.v_exponent << " denormals " << c.denormals
      << " poison_invisible " << c.poison_invisible_keys << " poisoned keys "
      << c.poisoned_keys.size() << " (" << c.poison_value << ") k " << to_string(c.k_type) << " v "
-     << to_string(c.v_type) << (c.precision == DotPrecision::storage ? " storage" : " exact")
-     << " salt " << salt_of(c) << " (test seed " << test_seed() << ")";
+     << to_string(c.v_type) << " activations " << to_string(c.activation_type)
+     << (c.precision == DotPrecision::storage ? " storage" : " exact") << " salt " << salt_of(c)
+     << " (test seed " << test_seed() << ")";
   return os.str();
 }
 
@@ -324,6 +331,41 @@ inline Owned<4> make_tensor(const std::array<std::int64_t, 4>& e, Layout layout,
   return Owned<4>(e, s, misalign, pad);
 }
 
+// A float buffer's elements in bf16 or f16 (rounded to nearest even, NaN kept) at the same
+// offsets; empty for f32.
+struct Narrowed {
+  std::vector<bf16> bf16s;
+  std::vector<f16> f16s;
+
+  Narrowed() = default;
+  Narrowed(ElementType type, const std::vector<float>& storage) {
+    for (float x : storage) {
+      if (type == ElementType::bf16) bf16s.push_back(bf16(x));
+      if (type == ElementType::f16) f16s.push_back(f16(x));
+    }
+  }
+  template <class E>
+  E* data() {
+    if constexpr (std::is_same_v<E, bf16>) return bf16s.data();
+    if constexpr (std::is_same_v<E, f16>) return f16s.data();
+    return nullptr;
+  }
+  // `view` of float buffer `storage` as a view of these elements.
+  template <class E, class F, int Rank>
+  TensorView<E, Rank> view(const TensorView<F, Rank>& view, const std::vector<float>& storage) {
+    return TensorView<E, Rank>(data<std::remove_const_t<E>>() + (view.data - storage.data()),
+                               view.extents, view.strides);
+  }
+};
+
+// Each element of a float buffer replaced by its value in E (bf16 or f16; f32: unchanged).
+inline void round_to(ElementType type, std::vector<float>& storage) {
+  for (float& x : storage) {
+    if (type == ElementType::bf16) x = to_float(bf16(x));
+    if (type == ElementType::f16) x = to_float(f16(x));
+  }
+}
+
 // K or V stored in a case's K/V type, at the offsets of the float tensor's buffer: every buffer
 // element rounded to bf16 or f16 (NaN padding stays NaN), or each row of the view quantised to
 // int8 as ops/store_kv does (scale = max|x| / 127; padding 127). int8 cannot hold the NaN that
@@ -337,18 +379,18 @@ struct StoredKv {
   std::array<std::int64_t, 3> scale_extents{};
 
   StoredKv() = default;
-  StoredKv(KvType type, const Owned<4>& t, const std::vector<std::int64_t>& valid) {
+  StoredKv(ElementType type, const Owned<4>& t, const std::vector<std::int64_t>& valid) {
     const auto& e = t.view.extents;
     switch (type) {
-      case KvType::f32:
+      case ElementType::f32:
         return;
-      case KvType::bf16:
+      case ElementType::bf16:
         for (float x : t.storage) bf16s.push_back(bf16(x));
         return;
-      case KvType::f16:
+      case ElementType::f16:
         for (float x : t.storage) f16s.push_back(f16(x));
         return;
-      case KvType::i8:
+      case ElementType::i8:
         break;
     }
     int8s.assign(t.storage.size(), 127);
@@ -392,12 +434,12 @@ struct StoredKv {
   }
 };
 
-// The element type of a KvType.
-template <KvType t>
-using KvElement =
-    std::conditional_t<t == KvType::f32, float,
-                       std::conditional_t<t == KvType::bf16, bf16,
-                                          std::conditional_t<t == KvType::f16, f16, std::int8_t>>>;
+// The element type of a ElementType.
+template <ElementType t>
+using ElementOf = std::conditional_t<
+    t == ElementType::f32, float,
+    std::conditional_t<t == ElementType::bf16, bf16,
+                       std::conditional_t<t == ElementType::f16, f16, std::int8_t>>>;
 
 inline double activation_of(const Case& c, double g) {
   return reference::gate_activation(c.activation, g);
@@ -417,8 +459,10 @@ struct Problem {
   Case c;
   std::uint64_t salt;
   Owned<4> q, k, v, out;
-  StoredKv k_stored, v_stored;  // K and V in the case's K/V types (empty for f32)
-  Owned<5> gate;                // for packed_with_q: no storage, the view points into q's
+  StoredKv k_stored, v_stored;    // K and V in the case's K/V types (empty for f32)
+  Narrowed q_stored, out_stored;  // q (with a packed gate) and out in the activation type
+  Narrowed gate_stored;           // a gate with its own buffer, likewise
+  Owned<5> gate;                  // for packed_with_q: no storage, the view points into q's
   Owned<4> lse;
   std::array<Owned<4>, kNumStats> stats;
   std::vector<float> sinks;
@@ -514,6 +558,11 @@ struct Problem {
       }
     }
     make_gate(rng);  // last: the same case without a gate draws the same values
+    round_to(c.activation_type, q.storage);  // the values a bf16 or f16 q and gate hold
+    round_to(c.activation_type, gate.storage);
+    q_stored = Narrowed(c.activation_type, q.storage);
+    gate_stored = Narrowed(c.activation_type, gate.storage);
+    out_stored = Narrowed(c.activation_type, out.storage);
     std::vector<std::int64_t> valid(static_cast<std::size_t>(c.batch));
     for (std::int64_t b = 0; b < c.batch; ++b) valid[static_cast<std::size_t>(b)] = valid_keys(b);
     k_stored = StoredKv(c.k_type, k, valid);
@@ -702,6 +751,53 @@ struct Problem {
     return typed_args<KT, VT>(args());
   }
 
+  // typed_args<KT, VT>() with q, gate and out in T (the case's activation type's element).
+  template <class T, class KT, class VT>
+  SdpaArgs<T, KT, VT> args_as() {
+    const SdpaArgs<float, KT, VT> f = typed_args<KT, VT>();
+    if constexpr (std::is_same_v<T, float>) {
+      return f;
+    } else {
+      SdpaArgs<T, KT, VT> a;
+      a.q = q_stored.view<const T>(f.q, q.storage);
+      a.out = out_stored.view<T>(f.out, out.storage);
+      if (f.gate.enabled()) {
+        const bool packed = gate.storage.empty();  // the gate's elements sit in q's buffer
+        a.gate.values = packed ? q_stored.view<const T>(f.gate.values, q.storage)
+                               : gate_stored.view<const T>(f.gate.values, gate.storage);
+        a.gate.activation = f.gate.activation;
+        a.gate.combine = f.gate.combine;
+      }
+      a.k = f.k;
+      a.v = f.v;
+      a.maybe_k_scales = f.maybe_k_scales;
+      a.maybe_v_scales = f.maybe_v_scales;
+      a.scale = f.scale;
+      a.mask = f.mask;
+      a.maybe_kv_lens = f.maybe_kv_lens;
+      a.maybe_sink_logits = f.maybe_sink_logits;
+      a.softmax_plus_one = f.softmax_plus_one;
+      a.maybe_lse = f.maybe_lse;
+      a.stats = f.stats;
+      a.dot_precision = f.dot_precision;
+      return a;
+    }
+  }
+
+  // The outputs a kernel wrote in T copied into the float buffer that compare() reads (the
+  // sentinel, which bf16 cannot hold exactly, mapped back).
+  template <class T>
+  void widen_outputs() {
+    if constexpr (!std::is_same_v<T, float>) {
+      const T* typed = out_stored.data<T>();
+      const float sentinel = to_float(T(kOutSentinel));
+      for (std::size_t i = 0; i < out.storage.size(); ++i) {
+        const float x = to_float(typed[i]);
+        out.storage[i] = x == sentinel ? kOutSentinel : x;
+      }
+    }
+  }
+
   template <class KT = float, class VT = KT>
   Status run_reference() {
     SdpaArgs<float> a = args();
@@ -716,6 +812,8 @@ struct Problem {
 
   void reset_outputs() {
     std::fill(out.storage.begin(), out.storage.end(), kOutSentinel);
+    std::fill(out_stored.bf16s.begin(), out_stored.bf16s.end(), bf16(kOutSentinel));
+    std::fill(out_stored.f16s.begin(), out_stored.f16s.end(), f16(kOutSentinel));
     std::fill(lse.storage.begin(), lse.storage.end(), kLseSentinel);
     for (auto& s : stats) std::fill(s.storage.begin(), s.storage.end(), kOutSentinel);
   }
@@ -772,6 +870,12 @@ inline Comparison compare(const Problem& p) {
   const double m_v = std::ldexp(1.0, c.v_exponent);
   const double atol = kSdpaAtol * m_v;
   const double flush = static_cast<double>(c.kv_len + 2) * std::numeric_limits<float>::min();
+  // A bf16 or f16 output is the kernel's f32 value rounded to nearest: within the unit roundoff
+  // (2^-8, 2^-11) of it, relative to the stored value (f16: plus half its smallest step, 2^-25).
+  const double out_unit_roundoff = c.activation_type == ElementType::bf16  ? 0x1p-8
+                                   : c.activation_type == ElementType::f16 ? 0x1p-11
+                                                                           : 0.0;
+  const double out_step = c.activation_type == ElementType::f16 ? 0x1p-25 : 0.0;
   double diff2 = 0.0, ref2 = 0.0;
   std::int64_t compared = 0;
   const bool multiply = c.combine == GateCombine::multiply;
@@ -795,9 +899,10 @@ inline Comparison compare(const Problem& p) {
             continue;
           }
           if (masked && zero_when_masked && got != 0.0) ++r.masked_nonzero;
+          const double rounding = out_unit_roundoff * std::fabs(got) + out_step;
           const double ratio =
               std::fabs(got - ref) /
-              (c.tol_scale * (atol * gain + kSdpaRtol * std::fabs(ref)) + gate_error);
+              (c.tol_scale * (atol * gain + kSdpaRtol * std::fabs(ref)) + gate_error + rounding);
           if (ratio > r.worst_ratio) {
             r.worst_ratio = ratio;
             std::ostringstream os;
@@ -805,9 +910,9 @@ inline Comparison compare(const Problem& p) {
                << ", reference " << ref;
             r.worst_at = os.str();
           }
-          // The NMSE measures the attention's error: the activation's and the flush's allowance
-          // (absolute, documented separately) is taken off first.
-          const double excess = std::max(0.0, std::fabs(got - ref) - gate_error);
+          // The NMSE measures the attention's error: the activation's, the flush's and the output
+          // rounding's allowances (documented separately) are taken off first.
+          const double excess = std::max(0.0, std::fabs(got - ref) - gate_error - rounding);
           diff2 += excess * excess;
           ref2 += ref * ref;
           ++compared;
@@ -933,8 +1038,8 @@ inline ThreadPool& shared_pool(int n) {
 
 // Runs the kernels once under the current ISA limit, by run() or by run_phase() for every phase
 // and worker in turn (as an engine's workers would, with a barrier between phases).
-template <class KT, class VT>
-Status run_kernels(const Case& c, const SdpaArgs<float, KT, VT>& args,
+template <class T, class KT, class VT>
+Status run_kernels(const Case& c, const SdpaArgs<T, KT, VT>& args,
                    std::vector<std::byte>& workspace) {
   const Executor executor = c.threads > 1 ? shared_pool(c.threads).executor() : Executor{};
   const Workspace ws(workspace.data() + c.workspace_shift, workspace.size() - c.workspace_shift);
@@ -959,8 +1064,8 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
   Case ungated = c;
   ungated.gate = GateKind::none;
   ungated.stats = false;
-  ungated.k_type = ungated.v_type = KvType::f32;  // the gate's input: any attention output
-  Problem plain(ungated);                         // the same salt: the same q, k, v
+  ungated.k_type = ungated.v_type = ElementType::f32;  // the gate's input: any attention output
+  Problem plain(ungated);                              // the same salt: the same q, k, v
   if (const Status s = plain.run_reference(); !s.is_ok()) {
     return std::string("reference without the gate: ") + s.message();
   }
@@ -1016,8 +1121,9 @@ struct PathCheck {
 };
 
 // Builds `c`, runs the reference once and the kernels on every available path, and compares; K
-// and V stored as KT and VT (which must be c.k_type's and c.v_type's elements).
-template <class KT, class VT>
+// and V stored as KT and VT, q, gate and out as T (c.k_type's, c.v_type's and
+// c.activation_type's elements).
+template <class KT, class VT, class T = float>
 PathCheck check_every_path_as(const Case& c) {
   PathCheck result;
   const auto fail = [&](const std::string& what) {
@@ -1025,7 +1131,7 @@ PathCheck check_every_path_as(const Case& c) {
     return result;
   };
   Problem p(c);
-  const SdpaArgs<float, KT, VT> args = p.typed_args<KT, VT>();
+  const SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
   }
@@ -1054,6 +1160,7 @@ PathCheck check_every_path_as(const Case& c) {
     const Status s = run_kernels(c, args, workspace);
     if (!s.is_ok())
       return fail(where + "run() failed after can_implement() passed: " + s.message());
+    p.widen_outputs<T>();
     const std::string wrong = failures(p, compare(p));
     if (!wrong.empty()) return fail(where + wrong);
   }
@@ -1068,7 +1175,7 @@ PathCheck check_every_path_as(const Case& c) {
 
 // The same for a case whose K and V are f32.
 inline PathCheck check_every_path(const Case& c) {
-  if (c.k_type != KvType::f32 || c.v_type != KvType::f32) {
+  if (c.k_type != ElementType::f32 || c.v_type != ElementType::f32) {
     return {"check_every_path: f32 K/V only (check_every_path_as for the others)", {}};
   }
   return check_every_path_as<float, float>(c);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support.hpp"
@@ -97,7 +98,69 @@ void check_gate(const std::array<std::int64_t, 5>& e, Variant variant,
   ga::clear_isa_limit();
 }
 
+// The same with attn, gate and out in T (bf16 or f16): the reference reads the rounded attn and
+// gate; the kernel's f32 result rounded to T is within T's unit roundoff u of it (relative to the
+// stored value), so the tolerance adds u |got| (and, for f16, half its smallest step).
+template <class T>
+void check_gate_as(const std::array<std::int64_t, 5>& e, Variant variant, bool in_place,
+                   std::int64_t offset, std::uint64_t salt) {
+  constexpr bool is_bf16 = std::is_same_v<T, ga::bf16>;
+  const double unit_roundoff = is_bf16 ? 0x1p-8 : 0x1p-11, step = is_bf16 ? 0.0 : 0x1p-25;
+  auto rng = ga::testing::make_rng(salt);
+  std::int64_t n = 1;
+  for (auto x : e) n *= x;
+  const auto size = static_cast<std::size_t>(n + offset);
+  std::vector<float> attn = ga::testing::random_vector<float>(rng, n + offset, -3.0, 3.0);
+  std::vector<float> g = ga::testing::random_vector<float>(rng, n + offset, -8.0, 8.0);
+  std::vector<T> attn_t(size), g_t(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    attn_t[i] = T(attn[i]);
+    g_t[i] = T(g[i]);
+    attn[i] = ga::to_float(attn_t[i]);
+    g[i] = ga::to_float(g_t[i]);
+  }
+  std::vector<float> expected(size);
+  ga::OutputGateArgs<float> ref;
+  ref.attn = ga::TensorView<const float, 5>::contiguous(attn.data() + offset, e);
+  ref.gate.values = gate_view(g, e, variant, offset);
+  ref.out = ga::TensorView<float, 5>::contiguous(expected.data() + offset, e);
+  REQUIRE(ga::reference::output_gate(ref).is_ok());
+  const auto& gs = ref.gate.values.strides;
+  for (ga::Isa isa : available_isas()) {
+    ga::set_isa_limit(isa);
+    INFO("path " << ga::to_string(isa) << ", " << (is_bf16 ? "bf16" : "f16") << ", variant "
+                 << name(variant) << ", d " << e[4] << (in_place ? ", in place" : ""));
+    std::vector<T> buffer = attn_t, out(size, T(-7.0f));
+    ga::OutputGateArgs<T> args;
+    args.attn = ga::TensorView<const T, 5>::contiguous(buffer.data() + offset, e);
+    args.gate.values = ga::TensorView<const T, 5>(g_t.data() + offset, e, gs);
+    T* out_data = (in_place ? buffer : out).data() + offset;
+    args.out = ga::TensorView<T, 5>::contiguous(out_data, e);
+    REQUIRE(ga::run(args, ga::Workspace(nullptr, 0)).is_ok());
+    double worst = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double got = ga::to_float(out_data[i]), want = expected[offset + i];
+      const double tol = ga::testing::kGateAtol + ga::testing::kGateRtol * std::fabs(want) +
+                         unit_roundoff * std::fabs(got) + step;
+      worst = std::max(worst, std::fabs(got - want) / tol);
+    }
+    CHECK(worst <= 1.0);
+    if (!in_place && offset > 0) CHECK(ga::to_float(out[0]) == -7.0f);
+  }
+  ga::clear_isa_limit();
+}
+
 }  // namespace
+
+TEST_CASE("output gate: bf16 and f16 attn, gate and out on every path", "[output_gate][isa]") {
+  std::uint64_t salt = 300;
+  for (Variant v : {Variant::elementwise, Variant::headwise, Variant::head_shared}) {
+    for (std::int64_t d : {7, 64, 80}) {
+      check_gate_as<ga::bf16>({1, 5, 2, 2, d}, v, false, 1, ++salt);
+      check_gate_as<ga::f16>({1, 5, 2, 2, d}, v, true, 0, ++salt);
+    }
+  }
+}
 
 TEST_CASE("output gate: every variant, activation and combine on every path",
           "[output_gate][isa]") {

@@ -35,7 +35,7 @@ namespace gated_attention::fuzzing {
 
 using testing::sdpa::Case;
 using testing::sdpa::GateKind;
-using testing::sdpa::KvType;
+using testing::sdpa::ElementType;
 using testing::sdpa::Layout;
 using testing::sdpa::SinkKind;
 
@@ -297,14 +297,14 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
   }
   c.salt = r.u64() | 1;  // nonzero: an explicit salt
   // K/V types last, so that inputs written before them keep decoding to the same f32 cases.
-  const KvType kv_types[][2] = {{KvType::bf16, KvType::bf16},
-                                {KvType::f16, KvType::f16},
-                                {KvType::i8, KvType::i8},
-                                {KvType::bf16, KvType::i8}};
+  const ElementType kv_types[][2] = {{ElementType::bf16, ElementType::bf16},
+                                {ElementType::f16, ElementType::f16},
+                                {ElementType::i8, ElementType::i8},
+                                {ElementType::bf16, ElementType::i8}};
   const std::int64_t kv = r.range(0, 7);
   if (kv < 4 && f.corruption == Corruption::none) {
     c.with_kv_types(kv_types[kv][0], kv_types[kv][1]);
-    if (c.k_type == KvType::f16 || c.v_type == KvType::f16) {  // within f16's exponent range
+    if (c.k_type == ElementType::f16 || c.v_type == ElementType::f16) {  // within f16's exponent range
       c.q_exponent = std::clamp(c.q_exponent, -8, 8);
       c.v_exponent = std::clamp(c.v_exponent, -8, 8);
     }
@@ -312,8 +312,8 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
     // flushed, the reference does not), with its tolerance (tests/test_kv_types.cpp).
     if (!c.denormals && r.range(0, 1) == 1) {
       c.with_precision(DotPrecision::storage);
-      if (c.v_type == KvType::bf16) c.tol_scale *= 256.0;
-      if (c.v_type == KvType::i8) c.tol_scale *= 3200.0;
+      if (c.v_type == ElementType::bf16) c.tol_scale *= 256.0;
+      if (c.v_type == ElementType::i8) c.tol_scale *= 3200.0;
     }
   }
   return f;
@@ -322,12 +322,12 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
 // check_every_path() for the case's K/V types.
 inline testing::sdpa::PathCheck check_every_kv_type(const Case& c) {
   using testing::sdpa::check_every_path_as;
-  if (c.k_type == KvType::bf16 && c.v_type == KvType::bf16) {
+  if (c.k_type == ElementType::bf16 && c.v_type == ElementType::bf16) {
     return check_every_path_as<bf16, bf16>(c);
   }
-  if (c.k_type == KvType::f16) return check_every_path_as<f16, f16>(c);
-  if (c.k_type == KvType::i8) return check_every_path_as<std::int8_t, std::int8_t>(c);
-  if (c.k_type == KvType::bf16) return check_every_path_as<bf16, std::int8_t>(c);
+  if (c.k_type == ElementType::f16) return check_every_path_as<f16, f16>(c);
+  if (c.k_type == ElementType::i8) return check_every_path_as<std::int8_t, std::int8_t>(c);
+  if (c.k_type == ElementType::bf16) return check_every_path_as<bf16, std::int8_t>(c);
   return testing::sdpa::check_every_path(c);
 }
 

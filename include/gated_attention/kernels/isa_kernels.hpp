@@ -99,14 +99,18 @@
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, scalar, T, KT, VT)
 #endif
 
-// The K/V type combinations the project's own programs (tests, benchmarks) compile once, in its
-// kernels library, under GATED_ATTENTION_EXTERN_KV_KERNELS; of one path.
-#define GATED_ATTENTION_KV_KERNELS_OF(prefix, isa)              \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16) \
+// The type combinations beyond f32 the project's own programs (tests, benchmarks) compile once,
+// in its kernels library, under GATED_ATTENTION_EXTERN_TYPED_KERNELS; of one path.
+#define GATED_ATTENTION_TYPED_KERNELS_OF(prefix, isa)                                  \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                        \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, f16, f16, f16)                          \
+  prefix template void kernels::isa::output_gate_task<bf16>(void*, std::int64_t, int); \
+  prefix template void kernels::isa::output_gate_task<f16>(void*, std::int64_t, int);  \
   GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)
 // Those with a type the storage dot reads (the only ones the avx512_bf16 path compiles).
 #define GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)                     \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16)               \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, bf16, bf16, bf16)                \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, std::int8_t) \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, std::int8_t)        \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, f16)
@@ -114,17 +118,17 @@
 #ifdef GATED_ATTENTION_EXTERN_KERNELS
 namespace gated_attention {
 GATED_ATTENTION_F32_KERNELS(extern)
-#ifdef GATED_ATTENTION_EXTERN_KV_KERNELS
+#ifdef GATED_ATTENTION_EXTERN_TYPED_KERNELS
 #if GATED_ATTENTION_X86
-GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
-GATED_ATTENTION_KV_KERNELS_OF(extern, avx2)
-GATED_ATTENTION_KV_KERNELS_OF(extern, avx512)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, scalar)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, avx2)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, avx512)
 GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(extern, avx512_bf16)
 #elif GATED_ATTENTION_AARCH64
-GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
-GATED_ATTENTION_KV_KERNELS_OF(extern, neon)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, scalar)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, neon)
 #else
-GATED_ATTENTION_KV_KERNELS_OF(extern, scalar)
+GATED_ATTENTION_TYPED_KERNELS_OF(extern, scalar)
 #endif
 #endif
 }  // namespace gated_attention

@@ -23,12 +23,8 @@ namespace gated_attention {
 
 template <class T>
 Status can_implement(const OutputGateArgs<T>& args) {
-  GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
-  if (!std::is_same_v<T, float>) {
-    return Status::error(StatusCode::not_supported,
-                         "output_gate: element type: expected float (bf16/f16 come later)");
-  }
-  return Status::ok();
+  static_assert(is_activation_type_v<T>, "attn, gate and out: float, bf16 or f16");
+  return validate(args);
 }
 
 template <class T>
@@ -39,31 +35,28 @@ std::size_t workspace_size(const OutputGateArgs<T>& /*args*/, const Executor& /*
 template <class T>
 Status run(const OutputGateArgs<T>& args, Workspace /*workspace*/, const Executor& executor = {}) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-  if constexpr (std::is_same_v<T, float>) {
-    const auto& e = args.attn.extents;
-    kernels::OutputGateContext<T> ctx{&args, e[0] * e[1] * e[2] * e[3]};
-    if (e[4] == 0 || ctx.rows == 0) return Status::ok();
-    TaskFn task = &kernels::scalar::output_gate_task<T>;
-    switch (active_isa()) {
+  const auto& e = args.attn.extents;
+  kernels::OutputGateContext<T> ctx{&args, e[0] * e[1] * e[2] * e[3]};
+  if (e[4] == 0 || ctx.rows == 0) return Status::ok();
+  TaskFn task = &kernels::scalar::output_gate_task<T>;
+  switch (active_isa()) {
 #if GATED_ATTENTION_X86
-      case Isa::avx512:
-        task = &kernels::avx512::output_gate_task<T>;
-        break;
-      case Isa::avx2:
-        task = &kernels::avx2::output_gate_task<T>;
-        break;
+    case Isa::avx512:
+      task = &kernels::avx512::output_gate_task<T>;
+      break;
+    case Isa::avx2:
+      task = &kernels::avx2::output_gate_task<T>;
+      break;
 #endif
 #if GATED_ATTENTION_AARCH64
-      case Isa::neon:
-        task = &kernels::neon::output_gate_task<T>;
-        break;
+    case Isa::neon:
+      task = &kernels::neon::output_gate_task<T>;
+      break;
 #endif
-      default:
-        break;
-    }
-    executor.run((ctx.rows + kernels::kGateRowsPerTask - 1) / kernels::kGateRowsPerTask, task,
-                 &ctx);
+    default:
+      break;
   }
+  executor.run((ctx.rows + kernels::kGateRowsPerTask - 1) / kernels::kGateRowsPerTask, task, &ctx);
   return Status::ok();
 }
 

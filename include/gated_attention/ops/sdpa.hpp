@@ -29,12 +29,7 @@ template <class T, class KT, class VT>
 Status can_implement(const SdpaArgs<T, KT, VT>& args) {
   static_assert(is_activation_type_v<T>, "q, gate and out: float, bf16 or f16");
   static_assert(is_kv_type_v<KT> && is_kv_type_v<VT>, "K and V: float, bf16, f16 or std::int8_t");
-  GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
-  if (!std::is_same_v<T, float>) {
-    return Status::error(StatusCode::not_supported,
-                         "sdpa: element types: expected float q/gate/out (bf16/f16 come later)");
-  }
-  return Status::ok();
+  return validate(args);
 }
 
 // Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers); 0 for
@@ -147,28 +142,26 @@ template <class T, class KT, class VT, class Body>
 Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int num_workers,
                          Body&& body, int carving_worker = -1) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-  if constexpr (std::is_same_v<T, float>) {
-    const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
-    const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
-    const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
-    if (!layout.complete || workspace.capacity() < needed) {
-      return Status::error(StatusCode::workspace_too_small,
-                           "workspace: expected >= %zu bytes for %d worker(s), got %zu", needed,
-                           plan.num_workers, workspace.capacity());
-    }
-    kernels::SdpaContext<T, KT, VT> ctx;
-    ctx.args = &args;
-    ctx.plan = &plan;
-    ctx.layout = &layout;
-    ctx.scale_log2 = args.scale_log2();
-    const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan.dk, plan.dv);
-    if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
-      body(ctx, plan, fns);
-    } else {
-      return body(ctx, plan, fns);
-    }
+  const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
+  const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
+  const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
+  if (!layout.complete || workspace.capacity() < needed) {
+    return Status::error(StatusCode::workspace_too_small,
+                         "workspace: expected >= %zu bytes for %d worker(s), got %zu", needed,
+                         plan.num_workers, workspace.capacity());
   }
-  return Status::ok();
+  kernels::SdpaContext<T, KT, VT> ctx;
+  ctx.args = &args;
+  ctx.plan = &plan;
+  ctx.layout = &layout;
+  ctx.scale_log2 = args.scale_log2();
+  const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan.dk, plan.dv);
+  if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
+    body(ctx, plan, fns);
+    return Status::ok();
+  } else {
+    return body(ctx, plan, fns);
+  }
 }
 
 }  // namespace detail

@@ -96,6 +96,23 @@ GATED_ATTENTION_ALWAYS_INLINE Simd::V load_row_part(const E* p, int count) {
   return count == Simd::kLanes ? Simd::load(p) : Simd::load_partial(p, count);
 }
 
+// count <= kLanes lanes of v stored as E: f32 as they are, bf16 and f16 rounded to nearest even
+// (from_float). Outputs are stored once per row, so the narrowing goes lane by lane.
+template <class E>
+GATED_ATTENTION_ALWAYS_INLINE void store_row_part(E* p, Simd::V v, int count) {
+  if constexpr (std::is_same_v<E, float>) {
+    if (count == Simd::kLanes) {
+      Simd::store(p, v);
+    } else {
+      Simd::store_partial(p, v, count);
+    }
+  } else {
+    float lanes[Simd::kLanes];
+    Simd::store(lanes, v);
+    for (int k = 0; k < count; ++k) p[k] = from_float<E>(lanes[k]);
+  }
+}
+
 // n rows of d elements (`stride` apart) widened to f32 into out [n, d].
 template <class E>
 void widen_rows(const E* rows, std::int64_t stride, std::int64_t n, std::int64_t d, float* out) {

@@ -6,7 +6,6 @@
 
 template <class T>
 void output_gate_task(void* context, std::int64_t task, int /*worker*/) {
-  static_assert(std::is_same_v<T, float>, "f32 kernel");
   using S = Simd;
   const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
   const auto& ctx = *static_cast<const OutputGateContext<T>*>(context);
@@ -24,16 +23,9 @@ void output_gate_task(void* context, std::int64_t task, int /*worker*/) {
     T* out = &a.out(b, l, kv, j, 0);
     for (std::int64_t c = 0; c < d; c += S::kLanes) {
       const int n = d - c < S::kLanes ? static_cast<int>(d - c) : S::kLanes;
-      const bool partial = n < S::kLanes;
-      const S::V x = partial ? S::load_partial(attn + c, n) : S::load(attn + c);
-      const S::V g =
-          broadcast ? S::set1(*gate) : (partial ? S::load_partial(gate + c, n) : S::load(gate + c));
-      const S::V y = gate_lanes(x, g, a.gate.activation, a.gate.combine);
-      if (partial) {
-        S::store_partial(out + c, y, n);
-      } else {
-        S::store(out + c, y);
-      }
+      const S::V x = load_row_part(attn + c, n);
+      const S::V g = broadcast ? S::set1(to_float(*gate)) : load_row_part(gate + c, n);
+      store_row_part(out + c, gate_lanes(x, g, a.gate.activation, a.gate.combine), n);
     }
   }
 }

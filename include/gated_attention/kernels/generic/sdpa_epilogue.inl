@@ -46,13 +46,12 @@ struct Epilogue {
         : values(row),
           activation(gate.activation),
           broadcast(row != nullptr && gate.values.strides[4] == 0),
-          broadcast_activated(broadcast ? activation_lanes(S::set1(*row), activation) : S::zero()) {
-    }
+          broadcast_activated(broadcast ? activation_lanes(S::set1(to_float(*row)), activation)
+                                        : S::zero()) {}
     // Lanes [c, c + n) activated.
     GATED_ATTENTION_ALWAYS_INLINE V activated(std::int64_t c, int n) const {
       if (broadcast) return broadcast_activated;
-      return activation_lanes(n < L ? S::load_partial(values + c, n) : S::load(values + c),
-                              activation);
+      return activation_lanes(load_row_part(values + c, n), activation);
     }
   };
 
@@ -134,11 +133,7 @@ struct Epilogue {
         y = combine_lanes(x, act, a.gate.combine);
       }
       if (stats) row_stats.add(x, y, act, n);
-      if (n < L) {
-        S::store_partial(out + c, y, n);
-      } else {
-        S::store(out + c, y);
-      }
+      store_row_part(out + c, y, n);
     }
     if (stats) {
       row_stats.store(a.stats, u.batch, i, u.kv_head, j, gated, sink_mass * norm.inv, dv);

@@ -7,8 +7,6 @@
 
 template <class T, class KT, class VT, int kDk, int kDv>
 struct SdpaKernel {
-  static_assert(std::is_same_v<T, float>, "f32 activations");
-
   // The task's rows, keys and scratch, with the running softmax state reset.
   static UnitWork<T, KT, VT> start(const SdpaContext<T, KT, VT>& ctx, std::int64_t task_index,
                                    int worker) {

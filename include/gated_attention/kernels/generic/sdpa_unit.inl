@@ -31,7 +31,8 @@ struct UnitWork {
   void scaled_query(std::int64_t h, std::int64_t r, std::int64_t depth, float* row,
                     bool round = true) const {
     const T* q = query(h, r);
-    for (std::int64_t d = 0; d < depth; ++d) row[d] = q != nullptr ? q[d] * scale_log2 : 0.0f;
+    for (std::int64_t d = 0; d < depth; ++d)
+      row[d] = q != nullptr ? to_float(q[d]) * scale_log2 : 0.0f;
     if (round && q != nullptr && args.dot_precision == DotPrecision::storage) {
       round_query_row<KT>(row, depth);
     }
