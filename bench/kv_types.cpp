@@ -1,15 +1,17 @@
-// SDPA with K/V stored in bf16, f16 or int8 (per-row scales) and f32 activations, in exact dot
-// precision (K/V widened to f32) and, with the -storage suffix, DotPrecision::storage:
-//   sdpa/<none|elementwise>/f32-kv<t>[-storage]/<shape>/threads:<n>  counters flops and, for
+// SDPA with K/V stored in bf16, f16 or int8 (per-row scales) and f32 activations, or with every
+// tensor in bf16 or f16, in exact dot precision (K/V widened to f32) and, with the -storage
+// suffix, DotPrecision::storage:
+//   sdpa/<none|elementwise>/<dtype>[-storage]/<shape>/threads:<n>  counters flops and, for
 //       decode shapes, bytes_per_second (the bytes of K, V and the int8 scales read per second)
-//   dtype_speedup/f32-kv<t>[-storage]/<shape>/threads:<n>  counter speedup: the median over
-//       back-to-back pairs of (f32 call time / f32-kv<t> call time), ungated, on the same workers
-// (decode_read_share/f32-kv<t>[-storage]/... are in peak.cpp, next to the read they pair with)
-// with t in bf16, f16, i8 (-storage: bf16, i8).
+//   dtype_speedup/<dtype>[-storage]/<shape>/threads:<n>  counter speedup: the median over
+//       back-to-back pairs of (f32 call time / <dtype> call time), ungated, on the same workers
+// (decode_read_share/<dtype>[-storage]/... are in peak.cpp, next to the read they pair with)
+// with dtype in f32-kv<t> (t in bf16, f16, i8), bf16, f16 (-storage: f32-kvbf16, f32-kvi8, bf16).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "sdpa_case.hpp"
 #include "shapes.hpp"
@@ -21,45 +23,60 @@ using ga::bench::StoredKv;
 
 namespace {
 
-template <class E>
-void run_kv_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
-                 ga::DotPrecision precision) {
-  const ga::bench::SdpaCase c(s);
-  const StoredKv<E> stored(c);
-  ga::bench::SdpaRunner call(threads, {c.args});
-  auto args = stored.args(c.gated(gate));
-  args.dot_precision = precision;
+// The case's arguments with K/V stored as E and, unless T is float, q, gate and out as T.
+template <class T, class E>
+struct TypedCase {
+  ga::bench::SdpaCase c;
+  StoredKv<E> stored;
+  ga::bench::StoredActivations<T> activations;
+
+  explicit TypedCase(const AttentionShape& s) : c(s), stored(c), activations(c) {}
+  auto args(const ga::SdpaArgs<float>& f, ga::DotPrecision precision) const {
+    auto kv = stored.args(f);
+    kv.dot_precision = precision;
+    if constexpr (std::is_same_v<T, float>) {
+      return kv;
+    } else {
+      return activations.args(kv);
+    }
+  }
+};
+
+template <class T, class E>
+void run_typed_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+                    ga::DotPrecision precision) {
+  const TypedCase<T, E> t(s);
+  ga::bench::SdpaRunner call(threads, {t.c.args});
+  const auto args = t.args(t.c.gated(gate), precision);
   ga::bench::time_calls(state, s, StoredKv<E>::bytes(s), call, args);
   state.SetLabel(ga::sdpa_path(args));
 }
 
-template <class E>
+template <class T, class E>
 void run_dtype_speedup(benchmark::State& state, AttentionShape s, int threads,
                        ga::DotPrecision precision) {
-  const ga::bench::SdpaCase c(s);
-  const StoredKv<E> stored(c);
-  auto args = stored.args(c.args);
-  args.dot_precision = precision;
-  ga::bench::SdpaRunner call(threads, {c.args});
+  const TypedCase<T, E> t(s);
+  const auto args = t.args(t.c.args, precision);
+  ga::bench::SdpaRunner call(threads, {t.c.args});
   ga::bench::time_pairs(
-      state, "speedup", [&] { call(state, args); }, [&] { call(state, c.args); });
+      state, "speedup", [&] { call(state, args); }, [&] { call(state, t.c.args); });
   state.SetLabel(ga::sdpa_path(args));
 }
 
-template <class E>
-void register_type(const char* t, ga::DotPrecision precision = ga::DotPrecision::exact) {
-  const std::string dtype =
-      std::string("f32-kv") + t + (precision == ga::DotPrecision::storage ? "-storage" : "");
+// Rows of `dtype` (activations T, K/V E).
+template <class T, class E>
+void register_type(const std::string& name, ga::DotPrecision precision = ga::DotPrecision::exact) {
+  const std::string dtype = name + (precision == ga::DotPrecision::storage ? "-storage" : "");
   for (const AttentionShape& s : ga::bench::kShapes) {
     for (int threads : {1, 2}) {
       const std::string rest = dtype + "/" + s.name + "/threads:" + std::to_string(threads);
       for (Gate gate : {Gate::none, Gate::elementwise}) {
         benchmark::RegisterBenchmark(
             (std::string("sdpa/") + ga::bench::gate_name(gate) + "/" + rest).c_str(),
-            run_kv_sdpa<E>, s, gate, threads, precision)
+            run_typed_sdpa<T, E>, s, gate, threads, precision)
             ->Unit(benchmark::kMillisecond);
       }
-      benchmark::RegisterBenchmark(("dtype_speedup/" + rest).c_str(), run_dtype_speedup<E>, s,
+      benchmark::RegisterBenchmark(("dtype_speedup/" + rest).c_str(), run_dtype_speedup<T, E>, s,
                                    threads, precision)
           ->Unit(benchmark::kMillisecond);
     }
@@ -67,11 +84,15 @@ void register_type(const char* t, ga::DotPrecision precision = ga::DotPrecision:
 }
 
 int register_kv_types() {
-  register_type<ga::bf16>("bf16");
-  register_type<ga::f16>("f16");
-  register_type<std::int8_t>("i8");
-  register_type<ga::bf16>("bf16", ga::DotPrecision::storage);
-  register_type<std::int8_t>("i8", ga::DotPrecision::storage);
+  constexpr auto kStorage = ga::DotPrecision::storage;
+  register_type<float, ga::bf16>("f32-kvbf16");
+  register_type<float, ga::f16>("f32-kvf16");
+  register_type<float, std::int8_t>("f32-kvi8");
+  register_type<float, ga::bf16>("f32-kvbf16", kStorage);
+  register_type<float, std::int8_t>("f32-kvi8", kStorage);
+  register_type<ga::bf16, ga::bf16>("bf16");
+  register_type<ga::f16, ga::f16>("f16");
+  register_type<ga::bf16, ga::bf16>("bf16", kStorage);
   return 0;
 }
 const int registered = register_kv_types();

@@ -145,6 +145,35 @@ struct StoredKv {
   }
 };
 
+// A case's q, gate and out as T (bf16 or f16, rounded to nearest even). args(): arguments of any
+// K/V types with the activations read from and written to them.
+template <class T>
+struct StoredActivations {
+  AlignedVector<T> q, g;
+  mutable AlignedVector<T> out;  // written by the calls
+
+  explicit StoredActivations(const SdpaCase& c)
+      : q(narrow(c.q)), g(narrow(c.g)), out(c.out.size()) {}
+
+  template <class KT, class VT>
+  SdpaArgs<T, KT, VT> args(const SdpaArgs<float, KT, VT>& f) const {
+    const auto in = [](const T* data, const TensorView<const float, 5>& view) {
+      return TensorView<const T, 5>(data, view.extents, view.strides);
+    };
+    const TensorView<T, 5> written(out.data(), f.out.extents, f.out.strides);
+    const TensorView<const T, 5> gate_values =
+        f.gate.enabled() ? in(g.data(), f.gate.values) : TensorView<const T, 5>{};
+    return with_activations(f, in(q.data(), f.q), written, gate_values);
+  }
+
+ private:
+  static AlignedVector<T> narrow(const AlignedVector<float>& x) {
+    AlignedVector<T> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = from_float<T>(x[i]);
+    return y;
+  }
+};
+
 // Runs SDPA calls on `threads` workers (the calling thread alone for 1), with one workspace large
 // enough for every call it was sized for.
 struct SdpaRunner {
@@ -160,8 +189,8 @@ struct SdpaRunner {
     workspace.resize(bytes);
   }
   // One call; a failed one ends the row with its message.
-  template <class KT, class VT>
-  void operator()(benchmark::State& state, const SdpaArgs<float, KT, VT>& args) {
+  template <class T, class KT, class VT>
+  void operator()(benchmark::State& state, const SdpaArgs<T, KT, VT>& args) {
     const Status status = run(args, Workspace(workspace.data(), workspace.size()), executor);
     if (!status) state.SkipWithError(status.message());
     benchmark::DoNotOptimize(args.out.data);
@@ -182,9 +211,9 @@ inline double seconds_between(std::chrono::steady_clock::time_point a,
 
 // Times calls of `args` on `call`'s workers; counters flops and, for decode shapes,
 // bytes_per_second (kv_bytes: the K/V bytes one call reads).
-template <class KT, class VT>
+template <class T, class KT, class VT>
 void time_calls(benchmark::State& state, const AttentionShape& s, double kv_bytes, SdpaRunner& call,
-                const SdpaArgs<float, KT, VT>& args) {
+                const SdpaArgs<T, KT, VT>& args) {
   const Status status = can_implement(args);
   if (!status) {
     state.SkipWithError(status.message());

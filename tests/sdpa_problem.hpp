@@ -758,29 +758,14 @@ struct Problem {
     if constexpr (std::is_same_v<T, float>) {
       return f;
     } else {
-      SdpaArgs<T, KT, VT> a;
-      a.q = q_stored.view<const T>(f.q, q.storage);
-      a.out = out_stored.view<T>(f.out, out.storage);
+      TensorView<const T, 5> gate_values;
       if (f.gate.enabled()) {
         const bool packed = gate.storage.empty();  // the gate's elements sit in q's buffer
-        a.gate.values = packed ? q_stored.view<const T>(f.gate.values, q.storage)
-                               : gate_stored.view<const T>(f.gate.values, gate.storage);
-        a.gate.activation = f.gate.activation;
-        a.gate.combine = f.gate.combine;
+        gate_values = packed ? q_stored.view<const T>(f.gate.values, q.storage)
+                             : gate_stored.view<const T>(f.gate.values, gate.storage);
       }
-      a.k = f.k;
-      a.v = f.v;
-      a.maybe_k_scales = f.maybe_k_scales;
-      a.maybe_v_scales = f.maybe_v_scales;
-      a.scale = f.scale;
-      a.mask = f.mask;
-      a.maybe_kv_lens = f.maybe_kv_lens;
-      a.maybe_sink_logits = f.maybe_sink_logits;
-      a.softmax_plus_one = f.softmax_plus_one;
-      a.maybe_lse = f.maybe_lse;
-      a.stats = f.stats;
-      a.dot_precision = f.dot_precision;
-      return a;
+      return with_activations(f, q_stored.view<const T>(f.q, q.storage),
+                              out_stored.view<T>(f.out, out.storage), gate_values);
     }
   }
 

@@ -135,6 +135,25 @@ void round_query_row(float* row, std::int64_t d) {
   }
 }
 
+namespace detail {
+
+// The fields of `from` besides q, k, v, their scales, out and the gate values, into `to`.
+template <class A, class B>
+void copy_sdpa_options(const A& from, B& to) {
+  to.gate.activation = from.gate.activation;
+  to.gate.combine = from.gate.combine;
+  to.scale = from.scale;
+  to.mask = from.mask;
+  to.maybe_kv_lens = from.maybe_kv_lens;
+  to.maybe_sink_logits = from.maybe_sink_logits;
+  to.softmax_plus_one = from.softmax_plus_one;
+  to.maybe_lse = from.maybe_lse;
+  to.stats = from.stats;
+  to.dot_precision = from.dot_precision;
+}
+
+}  // namespace detail
+
 // `args` reading K and V from other views, possibly of other types (int8 ones with their row
 // scales); every other field kept.
 template <class KT2, class VT2, class T, class KT, class VT>
@@ -149,15 +168,26 @@ SdpaArgs<T, KT2, VT2> with_kv(const SdpaArgs<T, KT, VT>& args, TensorView<const 
   a.maybe_k_scales = maybe_k_scales;
   a.maybe_v_scales = maybe_v_scales;
   a.out = args.out;
-  a.scale = args.scale;
-  a.mask = args.mask;
-  a.maybe_kv_lens = args.maybe_kv_lens;
-  a.maybe_sink_logits = args.maybe_sink_logits;
-  a.softmax_plus_one = args.softmax_plus_one;
-  a.maybe_lse = args.maybe_lse;
-  a.gate = args.gate;
-  a.stats = args.stats;
-  a.dot_precision = args.dot_precision;
+  a.gate.values = args.gate.values;
+  detail::copy_sdpa_options(args, a);
+  return a;
+}
+
+// `args` reading q (and the gate values, where `args` has a gate) from, and writing out to, other
+// views, possibly of another activation type; every other field kept.
+template <class T2, class T, class KT, class VT>
+SdpaArgs<T2, KT, VT> with_activations(const SdpaArgs<T, KT, VT>& args, TensorView<const T2, 5> q,
+                                      TensorView<T2, 5> out,
+                                      TensorView<const T2, 5> gate_values = {}) {
+  SdpaArgs<T2, KT, VT> a;
+  a.q = q;
+  a.k = args.k;
+  a.v = args.v;
+  a.maybe_k_scales = args.maybe_k_scales;
+  a.maybe_v_scales = args.maybe_v_scales;
+  a.out = out;
+  a.gate.values = gate_values;
+  detail::copy_sdpa_options(args, a);
   return a;
 }
 
