@@ -142,6 +142,73 @@ struct StorageDot<bf16> {
     }
   }
 
+  // ---- Prefill panels: q panels and V blocks as pairs of bf16 (d, d + 1) or keys (2m, 2m + 1) in
+  // 32-bit words, each vdpbf16ps taking two dims (S^T) or two keys (P.V) ----
+
+  static constexpr bool kPanels = true;
+  static std::uint32_t pair_bits(float x, float y) {
+    return gated_attention::detail::float_to_bf16_bits(x) |
+           static_cast<std::uint32_t>(gated_attention::detail::float_to_bf16_bits(y)) << 16;
+  }
+  static Raw load_panel(const std::uint32_t* p) { return _mm512_loadu_si512(p); }
+  static Raw broadcast_word(std::uint32_t w) {
+    return _mm512_set1_epi32(static_cast<std::int32_t>(w));
+  }
+  // K elements (d, d + 1) of a row to every lane; single: element d and 0.
+  static Raw broadcast_pair(const bf16* p, bool single) {
+    std::uint32_t w = p->bits;
+    if (!single) std::memcpy(&w, p, sizeof(w));
+    return broadcast_word(w);
+  }
+
+  // P^T [num_keys, stride] into pairs in place: row m's first `rows` floats become the words
+  // (bf16(P^T[2m, r]), bf16(P^T[2m + 1, r])) (RNE; the missing key of an odd count 0). Row m is
+  // written after rows 2m and 2m + 1 are read, and no later pair reads it.
+  static void pair_weights(float* p, std::int64_t stride, std::int64_t rows,
+                           std::int64_t num_keys) {
+    for (std::int64_t m = 0; m < (num_keys + 1) / 2; ++m) {
+      const float* a = p + 2 * m * stride;
+      const bool has_b = 2 * m + 1 < num_keys;
+      for (std::int64_t r = 0; r < rows; r += 16) {
+        const auto mask = static_cast<__mmask16>((1u << std::min<std::int64_t>(16, rows - r)) - 1u);
+        const __m512i lo =
+            _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, a + r)));
+        const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+            has_b ? _mm512_maskz_loadu_ps(mask, a + stride + r) : _mm512_setzero_ps()));
+        _mm512_mask_storeu_epi32(p + m * stride + r, mask,
+                                 _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+
+  // A V block [num_keys, dv] by pairs of keys: column j (dims 16j..16j+16) of pair m at
+  // packed[j * column + m * 16], V rows 2m and 2m + 1 interleaved element by element; zero past
+  // dv (up to dv_padded) and for the missing key of an odd count.
+  static void pack_value_pairs(const bf16* values, std::int64_t value_stride, std::int64_t num_keys,
+                               std::int64_t dv, std::int64_t dv_padded, std::uint32_t* packed,
+                               std::int64_t column) {
+    const __m512i low =
+        _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                          0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                          0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    for (std::int64_t m = 0; m < (num_keys + 1) / 2; ++m) {
+      const bf16* a_row = values + 2 * m * value_stride;
+      const bool has_b = 2 * m + 1 < num_keys;
+      for (std::int64_t c = 0; c < dv_padded; c += 32) {
+        const __mmask32 loads = first(static_cast<int>(std::max<std::int64_t>(0, dv - c)));
+        const __m512i a = _mm512_maskz_loadu_epi16(loads, a_row + c);
+        const __m512i b = has_b ? _mm512_maskz_loadu_epi16(loads, a_row + value_stride + c)
+                                : _mm512_setzero_si512();
+        std::uint32_t* out = packed + c / 16 * column + m * 16;
+        _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, low, b));
+        if (c + 16 < dv_padded) {
+          _mm512_storeu_si512(out + column, _mm512_permutex2var_epi16(a, high, b));
+        }
+      }
+    }
+  }
+
   static __mmask32 first(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 };
 
@@ -151,6 +218,7 @@ template <>
 struct StorageDot<std::int8_t> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
+  static constexpr bool kPanels = false;
   static constexpr int kStep = 64;
   using Raw = __m512i;
   using Acc = __m512i;

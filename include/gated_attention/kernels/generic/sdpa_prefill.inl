@@ -15,9 +15,7 @@ struct PrefillBlocks {
     float row[kMaxHeadDim];
     for (std::int64_t r = 0; r < u.rows_v; ++r) {
       u.scaled_query(0, r, depth, row);
-      for (std::int64_t d = 0; d < depth; ++d) {
-        *Scores::q_panel_element(u.w.q_t, u.rows_v, depth, r, d) = row[d];
-      }
+      Scores::pack_query_row(u.w.q_t, u.rows_v, depth, r, row);
     }
   }
 

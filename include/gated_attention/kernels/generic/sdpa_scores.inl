@@ -17,6 +17,8 @@ struct ScoreTiles {
   using V = S::V;
   static constexpr int L = S::kLanes;
 
+  using Dot = StorageDot<KT>;
+
   // ---- Prefill: rows along lanes ----
 
   // Queries are packed in panels of kPanelRows rows (then of L rows for the rest): the panel
@@ -26,11 +28,31 @@ struct ScoreTiles {
   static std::int64_t whole_panel_rows(std::int64_t rows_v) {
     return rows_v / kPanelRows * kPanelRows;
   }
-  static float* q_panel_element(float* q_t, std::int64_t rows_v, std::int64_t dk, std::int64_t r,
-                                std::int64_t d) {
+  // Storage dot panels (StorageDot<KT>::kPanels): the panels hold 32-bit words of q pairs
+  // (d, d + 1) as K's type, in the layout above with dk / 2 (rounded up) words per row, and keys
+  // are broadcast a pair at a time.
+  static constexpr bool kPairPanels = Dot::kPanels;
+  using PanelWord = std::conditional_t<kPairPanels, std::uint32_t, float>;
+  static std::int64_t panel_depth(std::int64_t dk) { return kPairPanels ? (dk + 1) / 2 : dk; }
+  template <class Word>
+  static Word* q_panel_element(Word* q_t, std::int64_t rows_v, std::int64_t depth, std::int64_t r,
+                               std::int64_t d) {
     const std::int64_t w = r < whole_panel_rows(rows_v) ? kPanelRows : L;
     const std::int64_t r0 = r / w * w;
-    return q_t + r0 * dk + d * w + (r - r0);
+    return q_t + r0 * depth + d * w + (r - r0);
+  }
+  // Row r's scaled query (dk floats) into the panels at q_t.
+  static void pack_query_row(float* q_t, std::int64_t rows_v, std::int64_t dk, std::int64_t r,
+                             const float* row) {
+    if constexpr (kPairPanels) {
+      auto* words = reinterpret_cast<std::uint32_t*>(q_t);
+      for (std::int64_t d = 0; d < dk; d += 2) {
+        *q_panel_element(words, rows_v, panel_depth(dk), r, d / 2) =
+            Dot::pair_bits(row[d], d + 1 < dk ? row[d + 1] : 0.0f);
+      }
+    } else {
+      for (std::int64_t d = 0; d < dk; ++d) *q_panel_element(q_t, rows_v, dk, r, d) = row[d];
+    }
   }
 
   // S^T[k, r] for KB keys and RV row vectors of one panel: sum_d K[k, d] * q[d, r].
@@ -63,30 +85,86 @@ struct ScoreTiles {
     }
   }
 
+  // One pair of dims: acc[k][v] += K[k, d..d+1] . q[d..d+1, v] (single: dim d alone).
+  template <int KB, int RV, class Acc>
+  GATED_ATTENTION_ALWAYS_INLINE static void pair_panel_step(Acc (&acc)[KB][RV], const KT* keys,
+                                                            std::int64_t key_stride,
+                                                            const std::uint32_t* panel,
+                                                            bool single) {
+    typename Dot::Raw q[RV];
+    GATED_ATTENTION_UNROLL
+    for (int v = 0; v < RV; ++v) q[v] = Dot::load_panel(panel + v * L);
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      const typename Dot::Raw kb = Dot::broadcast_pair(keys + k * key_stride, single);
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) acc[k][v] = Dot::dot(acc[k][v], kb, q[v]);
+    }
+  }
+
+  // panel_tile by the storage dot: K rows of KT read in place a pair of elements at a time.
+  template <int KB, int RV>
+  GATED_ATTENTION_ALWAYS_INLINE static void pair_panel_tile(const KT* keys, std::int64_t key_stride,
+                                                            const std::uint32_t* panel,
+                                                            std::int64_t dk, float* scores,
+                                                            std::int64_t row_stride) {
+    typename Dot::Acc acc[KB][RV];
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) acc[k][v] = S::zero();
+    }
+    const std::int64_t depth = head_dim<kDk>(dk);
+    const std::int64_t whole = depth / 2 * 2;
+    for (std::int64_t d = 0; d < whole; d += 2) {
+      pair_panel_step<KB, RV>(acc, keys + d, key_stride, panel + d / 2 * (RV * L), false);
+    }
+    if (whole < depth) {
+      pair_panel_step<KB, RV>(acc, keys + whole, key_stride, panel + whole / 2 * (RV * L), true);
+    }
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < RV; ++v) S::store(scores + k * row_stride + v * L, acc[k][v]);
+    }
+  }
+
+  // A tile of either kind: keys of KT read by pairs, f32 keys (in place or widened) by elements.
+  template <int KB, int RV, class E>
+  GATED_ATTENTION_ALWAYS_INLINE static void any_panel_tile(const E* keys, std::int64_t key_stride,
+                                                           const PanelWord* panel, std::int64_t dk,
+                                                           float* scores, std::int64_t row_stride) {
+    if constexpr (std::is_same_v<E, float>) {
+      panel_tile<KB, RV>(keys, key_stride, panel, dk, scores, row_stride);
+    } else {
+      pair_panel_tile<KB, RV>(keys, key_stride, panel, dk, scores, row_stride);
+    }
+  }
+
   // The last count < KB keys of a block in one tile of count keys: a tile per key would leave one
   // accumulator chain per row vector, bound by the FMA latency.
-  template <int RV, int KB>
-  static void panel_remainder(std::int64_t count, const float* keys, std::int64_t key_stride,
-                              const float* panel, std::int64_t dk, float* s,
+  template <int RV, int KB, class E>
+  static void panel_remainder(std::int64_t count, const E* keys, std::int64_t key_stride,
+                              const PanelWord* panel, std::int64_t dk, float* s,
                               std::int64_t row_stride) {
     if constexpr (KB > 0) {
       if (count == KB) {
-        panel_tile<KB, RV>(keys, key_stride, panel, dk, s, row_stride);
+        any_panel_tile<KB, RV>(keys, key_stride, panel, dk, s, row_stride);
       } else {
         panel_remainder<RV, KB - 1>(count, keys, key_stride, panel, dk, s, row_stride);
       }
     }
   }
 
-  template <int KB, int RV>
-  GATED_ATTENTION_ALWAYS_INLINE static void panel_scores(const float* keys, std::int64_t key_stride,
-                                                         std::int64_t num_keys, const float* panel,
-                                                         std::int64_t dk, float* s,
-                                                         std::int64_t row_stride) {
+  template <int KB, int RV, class E>
+  GATED_ATTENTION_ALWAYS_INLINE static void panel_scores(const E* keys, std::int64_t key_stride,
+                                                         std::int64_t num_keys,
+                                                         const PanelWord* panel, std::int64_t dk,
+                                                         float* s, std::int64_t row_stride) {
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
-      panel_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
-                         row_stride);
+      any_panel_tile<KB, RV>(keys + n * key_stride, key_stride, panel, dk, s + n * row_stride,
+                             row_stride);
     }
     if (n < num_keys) {
       panel_remainder<RV, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, panel, dk,
@@ -94,12 +172,13 @@ struct ScoreTiles {
     }
   }
 
-  // S^T [num_keys, rows_v] from the query panels; K rows of another type than f32 are first
-  // widened into `staging` ([num_keys, dk] floats), once for every panel.
+  // S^T [num_keys, rows_v] from the query panels; K rows of another type than f32 are read in
+  // place by the storage dot's pairs, or else first widened into `staging` ([num_keys, dk]
+  // floats), once for every panel.
   static void prefill_scores(const KT* keys, std::int64_t key_stride, std::int64_t num_keys,
                              const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
                              std::int64_t row_stride, float* staging) {
-    if constexpr (std::is_same_v<KT, float>) {
+    if constexpr (std::is_same_v<KT, float> || kPairPanels) {
       panels(keys, key_stride, num_keys, q_t, rows_v, dk, s, row_stride);
     } else {
       const std::int64_t depth = head_dim<kDk>(dk);
@@ -108,16 +187,18 @@ struct ScoreTiles {
     }
   }
 
-  static void panels(const float* keys, std::int64_t key_stride, std::int64_t num_keys,
+  template <class E>
+  static void panels(const E* keys, std::int64_t key_stride, std::int64_t num_keys,
                      const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
                      std::int64_t row_stride) {
     constexpr int KB = Tuning::kScoreTileKeys, RV = Tuning::kScoreTileRowVectors;
-    const std::int64_t whole = whole_panel_rows(rows_v);
+    const auto* q = reinterpret_cast<const PanelWord*>(q_t);
+    const std::int64_t whole = whole_panel_rows(rows_v), depth = panel_depth(dk);
     for (std::int64_t r = 0; r < whole; r += kPanelRows) {
-      panel_scores<KB, RV>(keys, key_stride, num_keys, q_t + r * dk, dk, s + r, row_stride);
+      panel_scores<KB, RV>(keys, key_stride, num_keys, q + r * depth, dk, s + r, row_stride);
     }
     for (std::int64_t r = whole; r < rows_v; r += L) {
-      panel_scores<KB * RV, 1>(keys, key_stride, num_keys, q_t + r * dk, dk, s + r, row_stride);
+      panel_scores<KB * RV, 1>(keys, key_stride, num_keys, q + r * depth, dk, s + r, row_stride);
     }
   }
 
@@ -128,7 +209,6 @@ struct ScoreTiles {
   // (L1-resident); other K types: every row of a decode unit in one tile, so that each K vector
   // is widened once (see docs/performance-notes.md, "K/V types: one tile for every row").
   // Storage dot tiles (StorageDot<KT>, DotPrecision::storage): every row in one tile too.
-  using Dot = StorageDot<KT>;
   static constexpr bool kStorage = Dot::kAvailable;
   static constexpr int kDotTileRows =
       !kStorage && (std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit)

@@ -80,11 +80,22 @@ struct ValueTiles {
 
   // ---- Packed V blocks ----
 
-  static constexpr std::int64_t kPackedColumn = kKvBlock * L + kPackedColumnPadding;
+  using Dot = StorageDot<VT>;
+  // Storage dot panels (StorageDot<VT>::kPanels): the block packed by pairs of keys, and P^T
+  // turned into pairs of weights in place (Dot::pair_weights), each tile step taking two keys.
+  static constexpr bool kPairPanels = Dot::kPanels;
+  static constexpr std::int64_t kPackedColumn =
+      (kPairPanels ? kKvBlock / 2 : kKvBlock) * L + kPackedColumnPadding;
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[j * kPackedColumn + n * L],
-  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1.
+  // zero-padded to dv_padded, so each column chunk of the block is contiguous in L1; with pair
+  // panels, as Dot::pack_value_pairs lays it out in 32-bit words.
   static void pack(const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                    std::int64_t dv, std::int64_t dv_padded, float* packed) {
+    if constexpr (kPairPanels) {
+      Dot::pack_value_pairs(values, value_stride, num_keys, dv, dv_padded,
+                            reinterpret_cast<std::uint32_t*>(packed), kPackedColumn);
+      return;
+    }
     for (std::int64_t n = 0; n < num_keys; ++n) {
       const VT* row = values + n * value_stride;
       for (std::int64_t j = 0; j * L < dv_padded; ++j) {
@@ -110,6 +121,23 @@ struct ValueTiles {
       GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
+    if constexpr (kPairPanels) {
+      pair_steps<RB, CV>(acc, reinterpret_cast<const std::uint32_t*>(p), row_stride,
+                         reinterpret_cast<const std::uint32_t*>(packed), num_keys);
+    } else {
+      key_steps<RB, CV>(acc, p, row_stride, packed, num_keys);
+    }
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+    }
+  }
+
+  template <int RB, int CV>
+  GATED_ATTENTION_ALWAYS_INLINE static void key_steps(V (&acc)[RB][CV], const float* p,
+                                                      std::int64_t row_stride, const float* packed,
+                                                      std::int64_t num_keys) {
     for (std::int64_t n = 0; n < num_keys; ++n) {
       V v[CV];
       GATED_ATTENTION_UNROLL
@@ -121,10 +149,26 @@ struct ValueTiles {
         for (int c = 0; c < CV; ++c) acc[r][c] = S::fma(pb, v[c], acc[r][c]);
       }
     }
-    GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
+  }
+
+  // key_steps by the storage dot over pairs of keys: weights[m * row_stride + r] holds row r's
+  // weights of keys 2m and 2m + 1.
+  template <int RB, int CV>
+  GATED_ATTENTION_ALWAYS_INLINE static void pair_steps(V (&acc)[RB][CV],
+                                                       const std::uint32_t* weights,
+                                                       std::int64_t row_stride,
+                                                       const std::uint32_t* packed,
+                                                       std::int64_t num_keys) {
+    for (std::int64_t m = 0; m < (num_keys + 1) / 2; ++m) {
+      typename Dot::Raw v[CV];
       GATED_ATTENTION_UNROLL
-      for (int c = 0; c < CV; ++c) S::store(out + r * out_stride + c * L, acc[r][c]);
+      for (int c = 0; c < CV; ++c) v[c] = Dot::load_panel(packed + c * kPackedColumn + m * L);
+      GATED_ATTENTION_UNROLL
+      for (int r = 0; r < RB; ++r) {
+        const typename Dot::Raw pb = Dot::broadcast_word(weights[m * row_stride + r]);
+        GATED_ATTENTION_UNROLL
+        for (int c = 0; c < CV; ++c) acc[r][c] = Dot::dot(acc[r][c], v[c], pb);
+      }
     }
   }
 
@@ -157,10 +201,12 @@ struct ValueTiles {
     }
   }
 
-  // O += P V from a packed V block, each column chunk reused by every row block while in L1.
-  static void accumulate_packed(const float* p, std::int64_t row_stride, std::int64_t rows,
+  // O += P V from a packed V block, each column chunk reused by every row block while in L1. With
+  // pair panels P^T becomes pairs of weights in place first.
+  static void accumulate_packed(float* p, std::int64_t row_stride, std::int64_t rows,
                                 const float* packed, std::int64_t num_keys, std::int64_t dv_padded,
                                 float* out) {
+    if constexpr (kPairPanels) Dot::pair_weights(p, row_stride, rows, num_keys);
     constexpr int CV = Tuning::kValueTileVectors;
     const std::int64_t vectors = dv_padded / L;
     std::int64_t j = 0;
@@ -176,7 +222,6 @@ struct ValueTiles {
 
   // ---- Weights rounded for the storage dot (decode, StorageDot<VT>::kWeights) ----
 
-  using Dot = StorageDot<VT>;
   static constexpr bool kStorage = Dot::kWeights;
 
   // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P rounded as the

@@ -4,6 +4,9 @@
 //     acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as f32 lanes
 //     whose sum is the score; pack_query(row, d, padded) stores a scaled query row so.
 //   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
+//   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
+//     by broadcast_pair, V blocks by pack_value_pairs, P^T by pair_weights (load_panel,
+//     broadcast_word, dot).
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
@@ -12,4 +15,5 @@ template <class E>
 struct StorageDot {
   static constexpr bool kAvailable = false;
   static constexpr bool kWeights = false;
+  static constexpr bool kPanels = false;
 };
