@@ -1,18 +1,22 @@
-// block/<gate>/f32/<shape>/threads:<n>: GatedMultiHeadAttention::forward on the named shapes with
-// the model's hidden size: Qwen3-Next's layout (q and the gate packed per head in q_proj,
+// block/<gate>/<dtype>/<shape>/threads:<n>: GatedMultiHeadAttention::forward on the named shapes
+// with the model's hidden size: Qwen3-Next's layout (q and the gate packed per head in q_proj,
 // zero-centred QK RMSNorm, RoPE on a quarter of each head), projections through Eigen. Prefill
 // shapes start from an empty cache; the chunk and decode shapes append q_len tokens after
 // kv_len - q_len cached ones (the cache is reset to that length before every call).
 // Counters: flops (projection FLOPs + useful attention FLOPs per second) and bytes_per_second
 // (weight bytes + K/V bytes read per second, the decode bound). The gated/ungated difference minus
 // the sdpa/<gate> - sdpa/none difference is the cost of the extra gate projection.
+// dtype: f32 (every shape and gate), or f32-kv<t>[-storage] (f32 activations and weights, the
+// cache in t = bf16, f16 or i8 by ops/store_kv; the elementwise gate on the decode shapes).
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sdpa_case.hpp"
@@ -39,7 +43,9 @@ ga::BlockConfig block_config(const AttentionShape& s, Gate gate) {
   return c;
 }
 
-void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+template <class KvT>
+void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+               ga::DotPrecision precision) {
   const ga::BlockConfig c = block_config(s, gate);
   const std::int64_t hid = c.hidden_size, b = s.batch, prefix = s.kv_len - s.q_len;
   // Weights scaled so that activations stay O(1).
@@ -58,12 +64,18 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
   w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
   w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
   w.maybe_q_norm = w.maybe_k_norm = norm.data();
-  const ga::GatedMultiHeadAttention<float> block(c, w);
+  const ga::GatedMultiHeadAttention<float, KvT> block(c, w);
 
   const std::array<std::int64_t, 4> cache_extents = {b, s.kv_len, c.num_kv_heads, c.head_dim};
   const auto cache_elements = static_cast<std::size_t>(b * s.kv_len * c.kv_width());
-  ga::bench::AlignedVector<float> k_cache = ga::bench::random_buffer(cache_elements, 15);
-  ga::bench::AlignedVector<float> v_cache = ga::bench::random_buffer(cache_elements, 16);
+  ga::bench::AlignedVector<KvT> k_cache(cache_elements), v_cache(cache_elements);
+  ga::bench::AlignedVector<float> k_scales, v_scales;
+  ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
+                            ga::bench::random_buffer(cache_elements, 15).data(), cache_extents),
+                        k_cache, k_scales);
+  ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
+                            ga::bench::random_buffer(cache_elements, 16).data(), cache_extents),
+                        v_cache, v_scales);
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(b), prefix);
   const auto x = ga::bench::random_buffer(static_cast<std::size_t>(b * s.q_len * hid), 17);
   ga::bench::AlignedVector<float> y(x.size());
@@ -71,14 +83,21 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
   for (std::int64_t i = 0; i < b; ++i) {
     for (std::int64_t t = 0; t < s.q_len; ++t) positions.push_back(prefix + t);
   }
-  ga::BlockForwardArgs<float> args;
+  ga::BlockForwardArgs<float, KvT> args;
   args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {b, s.q_len, hid});
   args.positions =
       ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {b, s.q_len});
-  args.cache = {ga::TensorView<float, 4>::contiguous(k_cache.data(), cache_extents),
-                ga::TensorView<float, 4>::contiguous(v_cache.data(), cache_extents),
-                lengths.data()};
+  args.cache = {ga::TensorView<KvT, 4>::contiguous(k_cache.data(), cache_extents),
+                ga::TensorView<KvT, 4>::contiguous(v_cache.data(), cache_extents), lengths.data()};
+  if constexpr (std::is_same_v<KvT, std::int8_t>) {
+    const std::array<std::int64_t, 3> scale_extents = {b, s.kv_len, c.num_kv_heads};
+    args.cache.maybe_k_scales =
+        ga::TensorView<float, 3>::contiguous(k_scales.data(), scale_extents);
+    args.cache.maybe_v_scales =
+        ga::TensorView<float, 3>::contiguous(v_scales.data(), scale_extents);
+  }
   args.y = ga::TensorView<float, 3>::contiguous(y.data(), {b, s.q_len, hid});
+  args.dot_precision = precision;
 
   ga::ThreadPool pool(threads);
   const ga::Executor executor = threads > 1 ? pool.executor() : ga::Executor{};
@@ -104,10 +123,29 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
   const double weight_elements =
       static_cast<double>((c.q_proj_rows() + 2 * c.kv_width()) * hid + hid * c.q_width());
   const double flops = 2.0 * rows * weight_elements + s.useful_flops();
-  const double bytes = 4.0 * weight_elements + s.kv_bytes();
+  const double kv_rows = static_cast<double>(b * s.kv_len * s.kv_heads);
+  const double bytes = 4.0 * weight_elements + ga::bench::kv_bytes_of<KvT>(kv_rows, s.head_dim);
   state.counters["flops"] = flops * static_cast<double>(calls) / seconds;
   state.counters["bytes_per_second"] = bytes * static_cast<double>(calls) / seconds;
-  state.SetLabel(ga::sdpa_path());
+  ga::SdpaArgs<float, KvT, KvT> path_args;
+  path_args.dot_precision = precision;
+  state.SetLabel(ga::sdpa_path(path_args));
+}
+
+template <class KvT>
+void register_typed_cache(const char* t, ga::DotPrecision precision) {
+  const std::string dtype =
+      std::string("f32-kv") + t + (precision == ga::DotPrecision::storage ? "-storage" : "");
+  for (const AttentionShape& s : ga::bench::kShapes) {
+    if (!s.decode) continue;
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("block/elementwise/") + dtype + "/" + s.name +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), run_block<KvT>, s, Gate::elementwise, threads,
+                                   precision)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
 }
 
 int register_block() {
@@ -116,11 +154,18 @@ int register_block() {
       for (int threads : {1, 2}) {
         const std::string name = std::string("block/") + ga::bench::gate_name(gate) + "/f32/" +
                                  s.name + "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), run_block, s, gate, threads)
+        benchmark::RegisterBenchmark(name.c_str(), run_block<float>, s, gate, threads,
+                                     ga::DotPrecision::exact)
             ->Unit(benchmark::kMillisecond);
       }
     }
   }
+  constexpr auto kStorage = ga::DotPrecision::storage;
+  register_typed_cache<ga::bf16>("bf16", ga::DotPrecision::exact);
+  register_typed_cache<ga::f16>("f16", ga::DotPrecision::exact);
+  register_typed_cache<std::int8_t>("i8", ga::DotPrecision::exact);
+  register_typed_cache<ga::bf16>("bf16", kStorage);
+  register_typed_cache<std::int8_t>("i8", kStorage);
   return 0;
 }
 const int registered = register_block();

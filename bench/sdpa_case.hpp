@@ -98,8 +98,31 @@ struct SdpaCase {
   }
 };
 
-// A case's K and V stored as E by ops/store_kv: rounded to nearest even (bf16, f16) or quantised
-// per row (int8, with the row scales). args(): the case's arguments reading them.
+// src stored as E by ops/store_kv into dst (same extents and strides): rounded to nearest even
+// (bf16, f16) or quantised per row (int8, with the row scales [b, len, heads] into `scales`).
+template <class E>
+void store_rows(const TensorView<const float, 4>& src, AlignedVector<E>& dst,
+                AlignedVector<float>& scales) {
+  StoreKvArgs<E> a;
+  a.src = src;
+  a.dst = TensorView<E, 4>(dst.data(), src.extents, src.strides);
+  if constexpr (std::is_same_v<E, std::int8_t>) {
+    scales.resize(static_cast<std::size_t>(src.extents[0] * src.extents[1] * src.extents[2]));
+    a.maybe_scales = TensorView<float, 3>::contiguous(
+        scales.data(), {src.extents[0], src.extents[1], src.extents[2]});
+  }
+  const Status status = run(a);
+  if (!status) std::abort();  // finite random inputs: cannot fail
+}
+
+// The bytes of K, V and their int8 scales for `rows` rows of d elements each.
+template <class E>
+double kv_bytes_of(double rows, std::int64_t d) {
+  return 2.0 * rows *
+         (static_cast<double>(d) * sizeof(E) + (std::is_same_v<E, std::int8_t> ? 4.0 : 0.0));
+}
+
+// A case's K and V stored as E (store_rows). args(): the case's arguments reading them.
 template <class E>
 struct StoredKv {
   static constexpr bool kQuantised = std::is_same_v<E, std::int8_t>;
@@ -107,8 +130,8 @@ struct StoredKv {
   AlignedVector<float> k_scales, v_scales;  // [b, kv_len, kv_heads]: int8 only
 
   explicit StoredKv(const SdpaCase& c) : k(c.k.size()), v(c.v.size()) {
-    store(c.args.k, k, k_scales);
-    store(c.args.v, v, v_scales);
+    store_rows(c.args.k, k, k_scales);
+    store_rows(c.args.v, v, v_scales);
   }
 
   SdpaArgs<float, E, E> args(const SdpaArgs<float>& f) const {
@@ -120,8 +143,7 @@ struct StoredKv {
 
   // The bytes a call reads from K, V and their scales.
   static double bytes(const AttentionShape& s) {
-    const double rows = 2.0 * static_cast<double>(s.batch * s.kv_len * s.kv_heads);
-    return rows * static_cast<double>(s.head_dim) * sizeof(E) + (kQuantised ? rows * 4.0 : 0.0);
+    return kv_bytes_of<E>(static_cast<double>(s.batch * s.kv_len * s.kv_heads), s.head_dim);
   }
 
  private:
@@ -129,19 +151,6 @@ struct StoredKv {
                                                const AlignedVector<float>& scales) {
     return TensorView<const float, 3>::contiguous(scales.data(),
                                                   {t.extents[0], t.extents[1], t.extents[2]});
-  }
-  static void store(const TensorView<const float, 4>& src, AlignedVector<E>& dst,
-                    AlignedVector<float>& scales) {
-    StoreKvArgs<E> a;
-    a.src = src;
-    a.dst = TensorView<E, 4>(dst.data(), src.extents, src.strides);
-    if constexpr (kQuantised) {
-      scales.resize(static_cast<std::size_t>(src.extents[0] * src.extents[1] * src.extents[2]));
-      a.maybe_scales = TensorView<float, 3>::contiguous(
-          scales.data(), {src.extents[0], src.extents[1], src.extents[2]});
-    }
-    const Status status = run(a);
-    if (!status) std::abort();  // finite random inputs: cannot fail
   }
 };
 

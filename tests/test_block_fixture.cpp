@@ -1,10 +1,14 @@
 // GatedMultiHeadAttention (f32) against transformers' Qwen3NextAttention (f32), on the fixture of
 // tests/data (see test_qwen3_next_fixture.cpp for how it was made and for the tolerance, which is
 // the same here): prefill then decode through one cache, and two sequences of different lengths
-// decoding as one batch; every ISA path, 1 and 2 workers.
+// decoding as one batch; every ISA path, 1 and 2 workers. And the block with a bf16, f16 or int8
+// cache, within the format's own effect on the output (computed by the reference block).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "qwen3_next_fixture.hpp"
@@ -41,7 +45,107 @@ void check_step(const ga::GatedMultiHeadAttention<float>& block, const Qwen3Next
   CHECK(a.worst_ratio <= 1.0);
 }
 
+// A cache of one sequence in E (int8 with its row scales).
+template <class E>
+struct TypedCache {
+  Tensor<E, 4> k, v;
+  Tensor<float, 3> k_scales, v_scales;
+  std::vector<std::int64_t> lengths = {0};
+
+  TypedCache(const ga::BlockConfig& c, std::int64_t capacity)
+      : k({1, capacity, c.num_kv_heads, c.head_dim}),
+        v({1, capacity, c.num_kv_heads, c.head_dim}),
+        k_scales({std::is_same_v<E, std::int8_t> ? 1 : 0, capacity, c.num_kv_heads}),
+        v_scales({std::is_same_v<E, std::int8_t> ? 1 : 0, capacity, c.num_kv_heads}) {}
+  ga::KvCacheView<E> view() {
+    ga::KvCacheView<E> view{k.view(), v.view(), lengths.data()};
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      view.maybe_k_scales = k_scales.view();
+      view.maybe_v_scales = v_scales.view();
+    }
+    return view;
+  }
+};
+
+// y of one step through the reference block with `cache`.
+template <class E>
+Tensor<float, 3> reference_step(const Qwen3NextFixture& f, const Qwen3NextFixtureStep& step,
+                                const ga::KvCacheView<E>& cache) {
+  Tensor<float, 3> y(step.output.extents);
+  const ga::Status s = ga::reference::block_forward(f.config, f.weights, step.hidden_states,
+                                                    step.position_ids, cache, y.view());
+  INFO(s.message());
+  REQUIRE(s.is_ok());
+  return y;
+}
+
+// The block with an E cache, prefill then decode, on every path. Per element, by the triangle
+// inequality over the reference block with the same cache and with an f32 one:
+//   |ours - theirs| <= (kernel error: kAtol + kRtol |theirs|)
+//                      + |reference(E cache) - reference(f32 cache)|   (the format's effect)
+//                      + (reference vs transformers: kAtol + kRtol |theirs|)
+// The format's effect itself must be present (> 0) and within `format_bound` of max |y|: K and V
+// rounded with relative error u move an output by about u |v| through V and u |logit| through
+// the weights; logits here are O(1), so a few u (u = 2^-8 bf16, 2^-11 f16, 1/254 of the row's
+// largest element int8).
+template <class E>
+void check_typed_cache(const Qwen3NextFixture& f,
+                       const ga::GatedMultiHeadAttention<float, E>& block, double format_bound) {
+  for (const ga::Isa isa : ga::testing::available_isas()) {
+    ga::set_isa_limit(isa);
+    TypedCache<E> ours(f.config, 64), theirs(f.config, 64);
+    TypedCache<float> exact(f.config, 64);
+    for (const Qwen3NextFixtureStep& step : f.steps) {
+      const std::int64_t position = step.position_ids(0, 0);
+      INFO("path " << ga::to_string(isa) << ", position " << position);
+      Tensor<float, 3> y(step.output.extents);
+      ga::BlockForwardArgs<float, E> args;
+      args.x = step.hidden_states;
+      args.positions = step.position_ids;
+      args.cache = ours.view();
+      args.y = y.view();
+      std::vector<std::byte> ws(block.workspace_size(args, 1));
+      const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()));
+      INFO(s.message());
+      REQUIRE(s.is_ok());
+      const Tensor<float, 3> with_format = reference_step(f, step, theirs.view());
+      const Tensor<float, 3> without = reference_step(f, step, exact.view());
+      double effect = 0.0, max_y = 0.0, worst = 0.0;
+      for (std::size_t i = 0; i < y.data.size(); ++i) {
+        effect = std::max(effect, std::fabs(double{with_format.data[i]} - without.data[i]));
+        max_y = std::max(max_y, std::fabs(double{step.output.data[i]}));
+      }
+      for (std::size_t i = 0; i < y.data.size(); ++i) {
+        const double theirs_i = step.output.data[i];
+        const double tol = 2.0 * (kAtol + kRtol * std::fabs(theirs_i)) +
+                           std::fabs(double{with_format.data[i]} - without.data[i]);
+        worst = std::max(worst, std::fabs(y.data[i] - theirs_i) / tol);
+      }
+      INFO("format effect " << effect << " of max |y| " << max_y << ", worst ratio " << worst);
+      CHECK(worst <= 1.0);
+      CHECK(effect > 0.0);
+      CHECK(effect <= format_bound * max_y);
+    }
+  }
+  ga::clear_isa_limit();
+}
+
 }  // namespace
+
+TEST_CASE("Block with bf16, f16 and int8 caches matches transformers within the format's effect",
+          "[block][fixture][kv_types]") {
+  Qwen3NextFixture f;
+  const ga::Status loaded =
+      ga::testing::load_qwen3_next_fixture(ga::testing::qwen3_next_fixture_path(), &f);
+  INFO(loaded.message());
+  REQUIRE(loaded.is_ok());
+  check_typed_cache(f, ga::GatedMultiHeadAttention<float, ga::bf16>(f.config, f.weights),
+                    8.0 * 0x1p-8);
+  check_typed_cache(f, ga::GatedMultiHeadAttention<float, ga::f16>(f.config, f.weights),
+                    8.0 * 0x1p-11);
+  check_typed_cache(f, ga::GatedMultiHeadAttention<float, std::int8_t>(f.config, f.weights),
+                    8.0 / 254.0);
+}
 
 TEST_CASE("Block matches transformers' Qwen3NextAttention on every path", "[block][fixture]") {
   Qwen3NextFixture f;

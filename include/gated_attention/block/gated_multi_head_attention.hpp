@@ -39,11 +39,12 @@ namespace gated_attention {
 
 template <class T, class KvT = T>
 struct BlockForwardArgs {
-  TensorView<const T, 3> x;                     // [b, len, hidden] new tokens of b sequences
-  TensorView<const std::int64_t, 2> positions;  // [b, len] RoPE position of each token
-  KvCacheView<KvT> cache;                       // sequences 0..b-1 receive the new tokens
-  TensorView<T, 3> y;                           // [b, len, hidden]; may be x itself
-  AttentionStats stats;                         // optional, [b, len, kv_heads, group]
+  TensorView<const T, 3> x;                          // [b, len, hidden] new tokens of b sequences
+  TensorView<const std::int64_t, 2> positions;       // [b, len] RoPE position of each token
+  KvCacheView<KvT> cache;                            // sequences 0..b-1 receive the new tokens
+  TensorView<T, 3> y;                                // [b, len, hidden]; may be x itself
+  AttentionStats stats;                              // optional, [b, len, kv_heads, group]
+  DotPrecision dot_precision = DotPrecision::exact;  // how the attention reads a 16/8-bit cache
 };
 
 // T: the activations and weights; KvT: the cache's elements (float, bf16, f16 or std::int8_t).
@@ -203,6 +204,7 @@ class GatedMultiHeadAttention {
       a.gate.activation = c.gate_activation;
     }
     a.stats = args.stats;
+    a.dot_precision = args.dot_precision;
     return a;
   }
 
