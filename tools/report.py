@@ -70,6 +70,13 @@ PEAK_FMA = re.compile(r"^peak/fma_f32/threads:(\d+)$")
 PEAK_BW = re.compile(r"^peak/read_bw/(\w+)/threads:(\d+)$")
 PAIR = re.compile(r"^gate_overhead/(headwise|elementwise)/f32/(\w+)/threads:(\d+)$")
 SWEEP_SHAPE = re.compile(r"^sweep_(prefill|decode)_(\d+)$")
+# Element types: paired speedup against f32 and the read share, per dtype token.
+DTYPE = re.compile(r"^(dtype_speedup|decode_read_share)/([\w-]+)/(\w+)/threads:(\d+)$")
+# Quick mode's element-type rows: these dtypes on the decode shapes, the bf16 ones on this
+# prefill shape.
+QUICK_DTYPES = ("f32-kvbf16", "f32-kvi8", "f32-kvbf16-storage", "f32-kvi8-storage", "bf16",
+                "bf16-storage")
+QUICK_DTYPE_PREFILL = "qwen3next_prefill_4k"
 
 
 # ----------------------------------------------------------------------------------- selection
@@ -78,8 +85,9 @@ SWEEP_SHAPE = re.compile(r"^sweep_(prefill|decode)_(\d+)$")
 class Case:
     """One benchmark name, what it measures and its estimated seconds per iteration.
 
-    group: sdpa, block, sweep/prefill, sweep/decode, peak, or pair (a gate_overhead row, whose
-    target is the (group, case) of the table row it gives the gate's overhead of)."""
+    group: sdpa, block, sweep/prefill, sweep/decode, peak, pair (a gate_overhead row, whose
+    target is the (group, case) of the table row it gives the gate's overhead of), or dtype (a
+    dtype_speedup or decode_read_share row, its target that prefix, its gate the dtype)."""
 
     def __init__(self, name, group, case, gate, threads, shape, seconds, target=None):
         self.name, self.group, self.case, self.gate = name, group, case, gate
@@ -132,6 +140,13 @@ def classify(names):
             cases[n] = Case(n, "pair", target[1], gate, threads, shape,
                             2.0 * estimate_seconds(shape, threads, False), target)
             continue
+        m = DTYPE.match(n)
+        if m and m.group(3) in by_name:
+            shape = by_name[m.group(3)]
+            # Each iteration is a pair: an f32 call and one of the type (or a plain read).
+            cases[n] = Case(n, "dtype", m.group(3), m.group(2), int(m.group(4)), shape,
+                            2.0 * estimate_seconds(shape, int(m.group(4)), False), m.group(1))
+            continue
         m = PEAK_FMA.match(n) or PEAK_BW.match(n)
         if m:
             cases[n] = Case(n, "peak", n, None, int(m.groups()[-1]), None, 0.05)
@@ -177,6 +192,13 @@ def plan(cases, full):
     sweep_threads = 2
     chosen, pairs = [], []
     for c in cases.values():
+        if c.group == "dtype":
+            if full or (c.gate in QUICK_DTYPES
+                        and (c.shape.decode or (c.case == QUICK_DTYPE_PREFILL
+                                                and c.gate.startswith("bf16")
+                                                and c.target == "dtype_speedup"))):
+                pairs.append(c)
+            continue
         if c.group == "pair":
             group, case = c.target
             if not full and group.startswith("sweep/"):
@@ -249,7 +271,8 @@ def run_passes(bench, passes, out_dir):
         for label, reps, min_time, cases in passes:
             if not cases:
                 continue
-            pattern = "^(" + "|".join(re.escape(c.name) for c in cases) + ")$"
+            # Google Benchmark's regex rejects the escaped '-' that re.escape writes.
+            pattern = "^(" + "|".join(re.escape(c.name).replace("\\-", "-") for c in cases) + ")$"
             pass_json = os.path.join(out_dir, f"pass_{label}.json")
             cmd = [bench, "--benchmark_filter=" + pattern, f"--benchmark_repetitions={reps}",
                    f"--benchmark_min_time={min_time}",
@@ -299,7 +322,7 @@ def medians(benchmarks):
         if ok:
             entry["ms"] = statistics.median(r["real_time"] * TO_MS[r.get("time_unit", "ns")]
                                             for r in ok)
-            for counter in ("flops", "bytes_per_second", "ratio"):
+            for counter in ("flops", "bytes_per_second", "ratio", "speedup", "share"):
                 if counter in ok[0]:
                     entry[counter] = statistics.median(r[counter] for r in ok)
         result[name] = entry
@@ -348,7 +371,7 @@ def build_rows(data, peers):
     order = []
     for name, entry in values.items():
         c = cases.get(name)
-        if c is None or c.group == "peak":
+        if c is None or c.group in ("peak", "dtype"):
             continue
         if c.group == "pair":
             if entry.get("ratio") is not None:
@@ -420,6 +443,34 @@ def build_rows(data, peers):
     return header, rows, series, errors, peak_fma
 
 
+def dtype_rows(data):
+    """The element-type table: per (case, threads, dtype), the paired speedup against f32 and the
+    decode read share, with the path that ran."""
+    values = medians(data["benchmarks"])
+    table, order = {}, []
+    for name, entry in values.items():
+        m = DTYPE.match(name)
+        if not m:
+            continue
+        key = (m.group(3), int(m.group(4)), m.group(2))
+        if key not in table:
+            table[key] = {}
+            order.append(key)
+        table[key][m.group(1)] = entry
+    named = [s.name for s in bench_shapes.load()[0]]
+    order.sort(key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[2], k[1]))
+    header = ["case", "thr", "dtype", "speedup vs f32", "read share", "ISA"]
+    rows = []
+    for key in order:
+        speed = table[key].get("dtype_speedup", {})
+        share = table[key].get("decode_read_share", {})
+        rows.append(("dtype", [key[0], str(key[1]), key[2],
+                               f"{speed['speedup']:.2f}" if speed.get("speedup") else "-",
+                               f"{share['share']:.2f}" if share.get("share") else "-",
+                               speed.get("label") or share.get("label") or "-"]))
+    return header, rows
+
+
 def fmt_ms(x):
     if x is None:
         return "-"
@@ -433,7 +484,7 @@ def fmt_ms(x):
 
 
 def text_table(header, rows):
-    widths = [max(len(header[i]), *(len(r[i]) for _, r in rows)) for i in range(len(header))]
+    widths = [max([len(header[i])] + [len(r[i]) for _, r in rows]) for i in range(len(header))]
 
     def line(cells):
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -837,6 +888,21 @@ def main():
         markdown_table(header, rows),
         "",
         f"![gated vs ungated attention]({os.path.basename(README_PNG)})",
+    ]
+    dtype_header, dtype_table = dtype_rows(data)
+    if dtype_table:
+        md_lines += [
+            "",
+            "Element types: `speedup vs f32` is the paired counter "
+            "`dtype_speedup/<dtype>/<shape>/threads:<n>` (median of back-to-back f32 / typed call "
+            "times, ungated); `read share` is `decode_read_share`, the typed call's time against "
+            "a plain read of the same K/V bytes. dtype `f32-kv<t>`: f32 activations, K/V in t; "
+            "`bf16`, `f16`: every tensor in the type; `-storage`: DotPrecision::storage.",
+            "",
+            markdown_table(dtype_header, dtype_table),
+        ]
+        text += "\n" + text_table(dtype_header, dtype_table) + "\n"
+    md_lines += [
         "",
         "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "
         f"`/usr/bin/python3 tools/report.py --json-in build/report/{JSON_NAME} --update-readme` "
