@@ -256,18 +256,23 @@ Status check_row_scales(const char* name, const char* tensor, const TensorView<c
 inline Status check_row_scale_values(const char* name, const TensorView<const float, 3>& s,
                                      const std::int64_t* maybe_kv_lens) {
   if (s.data == nullptr) return Status::ok();
+  const auto good = [](float x) { return x >= 0.0f && x <= std::numeric_limits<float>::max(); };
   for (std::int64_t b = 0; b < s.extents[0]; ++b) {
     const std::int64_t valid = maybe_kv_lens ? maybe_kv_lens[b] : s.extents[1];
+    const std::int64_t heads = s.extents[2];
+    const float* first = &s.data[b * s.strides[0]];
+    if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
+      bool ok = true;
+      for (std::int64_t i = 0; i < valid * heads; ++i) ok &= good(first[i]);
+      if (ok) continue;
+    }
     for (std::int64_t n = 0; n < valid; ++n) {
       bool ok = true;
-      for (std::int64_t h = 0; h < s.extents[2]; ++h) {
-        const float x = s(b, n, h);
-        ok &= x >= 0.0f && x <= std::numeric_limits<float>::max();
-      }
+      for (std::int64_t h = 0; h < heads; ++h) ok &= good(s(b, n, h));
       if (ok) continue;
-      for (std::int64_t h = 0; h < s.extents[2]; ++h) {
+      for (std::int64_t h = 0; h < heads; ++h) {
         const float x = s(b, n, h);
-        if (x >= 0.0f && x <= std::numeric_limits<float>::max()) continue;
+        if (good(x)) continue;
         return Status::error(StatusCode::invalid_argument,
                              "%s: batch %lld, position %lld, kv head %lld: expected a finite scale "
                              ">= 0, got %g",
