@@ -268,14 +268,26 @@ struct StorageDot<std::int8_t> {
   static constexpr std::int64_t kWeightScales = 64;
 
   // quads[j * stride + r] = the bytes round(w[4j + i, r] * 255 / max_n w[n, r]), i < 4, of the
-  // num_keys rows of W^T (stride 4 or 8 floats; missing keys 0); the scales max / 255 at
-  // kWeightScales.
-  static void pack_weights(const float* w, std::int64_t stride, std::int64_t num_keys,
+  // weights w[n, r] = P^T[n, r] * value_scales[n * scale_stride] of the num_keys rows of P^T at w
+  // (stride 4 or 8 floats; missing keys 0), written over P^T at w (16-float vectors, as the
+  // softmax wrote them); the scales max / 255 at kWeightScales.
+  static void pack_weights(float* w, std::int64_t stride, std::int64_t num_keys,
+                           const float* value_scales, std::int64_t scale_stride,
                            std::uint32_t* quads) {
     const std::int64_t floats = num_keys * stride;
+    const std::int64_t keys_per_vector = 16 / stride;
     __m512 max = _mm512_setzero_ps();
     for (std::int64_t i = 0; i < floats; i += 16) {
-      max = _mm512_max_ps(max, _mm512_maskz_loadu_ps(lanes(floats - i), w + i));
+      const std::int64_t n = i / stride;
+      __m512 scale = _mm512_set1_ps(value_scales[n * scale_stride]);
+      for (std::int64_t k = 1; k < keys_per_vector && n + k < num_keys; ++k) {
+        scale = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFFFFu << (k * stride)), scale,
+                                     _mm512_set1_ps(value_scales[(n + k) * scale_stride]));
+      }
+      const __mmask16 m = lanes(floats - i);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), scale);
+      _mm512_mask_storeu_ps(w + i, m, x);
+      max = _mm512_max_ps(max, x);
     }
     max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0x4E));  // lane i: row i % stride
     if (stride == 4) max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0xB1));

@@ -56,6 +56,13 @@ struct DecodeBlocks {
                        ((keys - 1) * key_stride + dims) * kBytes};
   }
 
+  // The row scales of keys n0.. of the unit's head h (none for a null view).
+  static RowScales row_scales(const TensorView<const float, 3>& scales,
+                              const UnitWork<T, KT, VT>& u, std::int64_t h, std::int64_t n0) {
+    if (scales.data == nullptr) return {};
+    return {&scales(u.unit.batch, n0, u.unit.kv_head + h), scales.strides[1]};
+  }
+
   // Head h's share of `rows` of `heads`, in order: what its P.V phase fetches.
   static RowPrefetch head_share(const RowPrefetch& rows, std::int64_t heads, std::int64_t h) {
     const std::int64_t per = (rows.rows + heads - 1) / heads;
@@ -75,11 +82,8 @@ struct DecodeBlocks {
     const VT* values = &a.v(u.unit.batch, n0, u.unit.kv_head + h, 0);
     float* out = w.out + h * u.out_size();
     float* scores = w.scores + h * kBlock * stride;  // one block per head
-    if constexpr (std::is_same_v<KT, std::int8_t>) {
-      u.scale_by_rows(a.maybe_k_scales, h, scores, n0, nb, stride, stride);
-    }
     update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
-    if constexpr (std::is_same_v<VT, std::int8_t>) {
+    if constexpr (std::is_same_v<VT, std::int8_t> && !Values::kStorage) {
       u.scale_by_rows(a.maybe_v_scales, h, scores, n0, nb, stride, stride);
     }
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
@@ -89,7 +93,8 @@ struct DecodeBlocks {
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
     if constexpr (Values::kStorage) {
-      Values::accumulate_storage(scores, stride, u.rows, values, v_stride, nb, head_dim<kDv>(u.dv),
+      Values::accumulate_storage(scores, stride, u.rows, values, v_stride,
+                                 row_scales(a.maybe_v_scales, u, h, n0), nb, head_dim<kDv>(u.dv),
                                  out, dvp, w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
@@ -122,6 +127,7 @@ struct DecodeBlocks {
     Scores::decode_scores(
         u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, u.w.q_t, u.q_size(),
         u.dk_padded(), head_dim<kDk>(u.dk), u.w.scores, kBlock * stride, stride,
+        row_scales(a.maybe_k_scales, u, 0, n0), a.maybe_k_scales.strides[2],
         block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, head_dim<kDv>(u.dv)));
     for (std::int64_t h = 0; h < u.heads; ++h) {
       head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));

@@ -11,6 +11,17 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
+// The row scales of an int8 K's (or V's) keys, `stride` floats apart from `first`; none for the
+// other types (first null).
+struct RowScales {
+  const float* first = nullptr;
+  std::int64_t stride = 0;
+
+  RowScales advanced(std::int64_t keys) const {
+    return {first != nullptr ? first + keys * stride : nullptr, stride};
+  }
+};
+
 template <class KT, int kDk>
 struct ScoreTiles {
   using S = Simd;
@@ -254,11 +265,11 @@ struct ScoreTiles {
   GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const KT* keys, std::int64_t key_stride,
                                                      const float* q_rows, std::int64_t q_stride,
                                                      std::int64_t dk, float* scores,
-                                                     std::int64_t row_stride, LineCursor& ahead,
-                                                     std::int64_t lines) {
+                                                     std::int64_t row_stride, RowScales scales,
+                                                     LineCursor& ahead, std::int64_t lines) {
     if constexpr (kStorage) {
-      storage_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, scores, row_stride, ahead,
-                               lines);
+      storage_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, scores, row_stride, scales,
+                               ahead, lines);
       return;
     }
     V acc[KB][RB];
@@ -295,14 +306,29 @@ struct ScoreTiles {
       dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
     }
     ahead.fetch(lines - per_step * steps);
+    scale_by_keys<KB, RB>(acc, scales);
     store_dot_sums<KB, RB>(acc, scores, row_stride);
+  }
+
+  // acc[k][r] times key k's scale (int8 K), before the reduction: the S^T rows the tile writes
+  // are final.
+  template <int KB, int RB>
+  GATED_ATTENTION_ALWAYS_INLINE static void scale_by_keys(V (&acc)[KB][RB], RowScales scales) {
+    if constexpr (std::is_same_v<KT, std::int8_t>) {
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        const V factor = S::set1(scales.first[k * scales.stride]);
+        GATED_ATTENTION_UNROLL
+        for (int r = 0; r < RB; ++r) acc[k][r] = S::mul(acc[k][r], factor);
+      }
+    }
   }
 
   // dot_tile by the storage dot: q_rows as Dot::pack_query left them (q_stride floats apart).
   template <int KB, int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void storage_dot_tile(
       const KT* keys, std::int64_t key_stride, const float* q_rows, std::int64_t q_stride,
-      std::int64_t dk, float* scores, std::int64_t row_stride, LineCursor& ahead,
+      std::int64_t dk, float* scores, std::int64_t row_stride, RowScales scales, LineCursor& ahead,
       std::int64_t lines) {
     if constexpr (kDk > 0) q_stride = round_up(kDk, kRowPadding);  // constant offsets
     typename Dot::Acc acc[KB][RB];
@@ -349,6 +375,7 @@ struct ScoreTiles {
       for (int k = 0; k < KB; ++k)
         sums[k][r] = Dot::finish(acc[k][r], q_rows + r * q_stride, q_stride);
     }
+    scale_by_keys<KB, RB>(sums, scales);
     store_dot_sums<KB, RB>(sums, scores, row_stride);
   }
 
@@ -396,35 +423,35 @@ struct ScoreTiles {
                                                      std::int64_t num_keys, const float* q_rows,
                                                      std::int64_t q_stride, std::int64_t dk,
                                                      float* s, std::int64_t row_stride,
-                                                     LineCursor& ahead,
+                                                     RowScales scales, LineCursor& ahead,
                                                      std::int64_t lines_per_tile) {
     constexpr int KB = keys_per_tile(RB);
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
       dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk, s + n * row_stride,
-                       row_stride, ahead, lines_per_tile);
+                       row_stride, scales.advanced(n), ahead, lines_per_tile);
     }
     if (n < num_keys) {
       dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows, q_stride,
-                                dk, s + n * row_stride, row_stride, ahead, lines_per_tile);
+                                dk, s + n * row_stride, row_stride, scales.advanced(n), ahead,
+                                lines_per_tile);
     }
   }
 
   // The last count < KB keys in one tile of count keys (a tile per key would leave RB
   // accumulator chains, bound by the FMA latency).
   template <int RB, int KB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(std::int64_t count, const KT* keys,
-                                                          std::int64_t key_stride,
-                                                          const float* q_rows,
-                                                          std::int64_t q_stride, std::int64_t dk,
-                                                          float* s, std::int64_t row_stride,
-                                                          LineCursor& ahead, std::int64_t lines) {
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(
+      std::int64_t count, const KT* keys, std::int64_t key_stride, const float* q_rows,
+      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride, RowScales scales,
+      LineCursor& ahead, std::int64_t lines) {
     if constexpr (KB > 0) {
       if (count == KB) {
-        dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, ahead, lines);
+        dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, scales, ahead,
+                         lines);
       } else {
         dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s, row_stride,
-                                  ahead, lines);
+                                  scales, ahead, lines);
       }
     }
   }
@@ -433,15 +460,15 @@ struct ScoreTiles {
   template <int RB = kDotTileRows>
   static void dot_group(std::int64_t rows, const KT* keys, std::int64_t key_stride,
                         std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride, LineCursor& ahead,
-                        std::int64_t lines_per_tile) {
+                        std::int64_t dk, float* s, std::int64_t row_stride, RowScales scales,
+                        LineCursor& ahead, std::int64_t lines_per_tile) {
     if constexpr (RB > 0) {
       if (rows == RB) {
-        dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, ahead,
+        dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, scales, ahead,
                      lines_per_tile);
       } else {
         dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride,
-                          ahead, lines_per_tile);
+                          scales, ahead, lines_per_tile);
       }
     }
   }
@@ -449,14 +476,16 @@ struct ScoreTiles {
   // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of a
   // tile's keys outer and heads inner, so that K is read in address order where a key's
   // heads lie together (see docs/performance-notes.md, "Decode scores: all heads of a unit in
-  // one phase"). q_rows: head h at q_rows + h * q_head_stride. ahead: rows (the V rows the next
-  // phase reads) fetched by the tiles in even shares, spread over each tile's steps along d, and
-  // all of them by the end.
+  // one phase"). q_rows: head h at q_rows + h * q_head_stride. key_scales (int8 K): head 0's,
+  // head h's key_scale_head_stride floats on. ahead: rows (the V rows the next phase reads)
+  // fetched by the tiles in even shares, spread over each tile's steps along d, and all of them
+  // by the end.
   static void decode_scores(std::int64_t heads, std::int64_t rows, const KT* keys,
                             std::int64_t key_stride, std::int64_t key_head_stride,
                             std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
                             std::int64_t q_stride, std::int64_t dk, float* s,
                             std::int64_t s_head_stride, std::int64_t row_stride,
+                            RowScales key_scales, std::int64_t key_scale_head_stride,
                             const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotTileRows - 1) / kDotTileRows;
     const std::int64_t step =
@@ -467,11 +496,14 @@ struct ScoreTiles {
     for (std::int64_t n = 0; n < num_keys; n += step) {
       const std::int64_t count = std::min<std::int64_t>(step, num_keys - n);
       for (std::int64_t h = 0; h < heads; ++h) {
+        RowScales head_scales = key_scales.advanced(n);
+        if (head_scales.first != nullptr) head_scales.first += h * key_scale_head_stride;
         for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
           dot_group(std::min<std::int64_t>(kDotTileRows, rows - r),
                     keys + h * key_head_stride + n * key_stride, key_stride, count,
                     q_rows + h * q_head_stride + r * q_stride, q_stride, dk,
-                    s + h * s_head_stride + n * row_stride + r, row_stride, cursor, lines_per_tile);
+                    s + h * s_head_stride + n * row_stride + r, row_stride, head_scales, cursor,
+                    lines_per_tile);
         }
       }
     }

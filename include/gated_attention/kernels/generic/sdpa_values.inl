@@ -224,14 +224,20 @@ struct ValueTiles {
 
   static constexpr bool kStorage = Dot::kWeights;
 
-  // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P rounded as the
-  // storage dot reads it (into `staging`); ahead: rows fetched in even shares along the way.
-  static void accumulate_storage(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                 const VT* values, std::int64_t value_stride, std::int64_t num_keys,
-                                 std::int64_t dv, float* out, std::int64_t out_stride,
-                                 float* staging, const RowPrefetch& ahead) {
+  // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P (times the int8 V
+  // rows' scales) rounded as the storage dot reads it (into `staging`); ahead: rows fetched in
+  // even shares along the way.
+  static void accumulate_storage(float* p, std::int64_t row_stride, std::int64_t rows,
+                                 const VT* values, std::int64_t value_stride,
+                                 RowScales value_scales, std::int64_t num_keys, std::int64_t dv,
+                                 float* out, std::int64_t out_stride, float* staging,
+                                 const RowPrefetch& ahead) {
     auto* weights = reinterpret_cast<std::uint32_t*>(staging);
-    Dot::pack_weights(p, row_stride, num_keys, weights);
+    if constexpr (std::is_same_v<VT, std::int8_t>) {
+      Dot::pack_weights(p, row_stride, num_keys, value_scales.first, value_scales.stride, weights);
+    } else {
+      Dot::pack_weights(p, row_stride, num_keys, weights);
+    }
     Dot::value_rows(rows, weights, row_stride, values, value_stride, num_keys, dv, out, out_stride,
                     ahead);
   }
