@@ -15,6 +15,8 @@ template <>
 struct StorageDot<bf16> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
+  // Keys per decode block (docs/performance-notes.md, "Storage dot: decode blocks of 64 keys").
+  static constexpr std::int64_t kDecodeBlock = 64;
   static constexpr int kStep = 32;  // elements of one raw vector
   using Raw = __m512i;
   using Acc = __m512;
@@ -219,6 +221,7 @@ struct StorageDot<std::int8_t> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
   static constexpr bool kPanels = false;
+  static constexpr std::int64_t kDecodeBlock = 64;  // as for bf16
   static constexpr int kStep = 64;
   using Raw = __m512i;
   using Acc = __m512i;
@@ -265,7 +268,7 @@ struct StorageDot<std::int8_t> {
   // keys: V rows 4j..4j+3 interleaved byte by byte, the weights as 4 bytes per row ----
 
   // Where pack_weights leaves the rows' weight scales, in floats past `weights`.
-  static constexpr std::int64_t kWeightScales = 64;
+  static constexpr std::int64_t kWeightScales = 128;
 
   // quads[j * stride + r] = the bytes round(w[4j + i, r] * 255 / max_n w[n, r]), i < 4, of the
   // weights w[n, r] = P^T[n, r] * value_scales[n * scale_stride] of the num_keys rows of P^T at w

@@ -13,7 +13,18 @@ template <class T, class KT, class VT, int kDk, int kDv>
 struct DecodeBlocks {
   using Scores = ScoreTiles<KT, kDk>;
   using Values = ValueTiles<VT, kDv>;
-  static constexpr std::int64_t kBlock = Tuning::kDecodeBlock;
+  // Keys per block: the storage dot's own (StorageDot::kDecodeBlock) where it reads K or V.
+  static constexpr std::int64_t decode_block() {
+    if constexpr (Scores::kStorage) {
+      return Scores::Dot::kDecodeBlock;
+    } else if constexpr (Values::kStorage) {
+      return Values::Dot::kDecodeBlock;
+    } else {
+      return Tuning::kDecodeBlock;
+    }
+  }
+  static constexpr std::int64_t kBlock = decode_block();
+  static_assert(kBlock <= kKvBlock, "the scores scratch holds kKvBlock keys per head");
 
   // S^T's row stride: the rows packed 4 or 8 to a key, L / stride keys per vector where that is
   // below L (see Softmax::ScoreVectors and docs/performance-notes.md, "Decode softmax: packed score

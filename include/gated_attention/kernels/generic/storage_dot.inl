@@ -4,6 +4,7 @@
 //     acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as f32 lanes
 //     whose sum is the score; pack_query(row, d, padded) stores a scaled query row so.
 //   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
+//   kDecodeBlock (where kAvailable or kWeights): keys per decode block.
 //   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
 //     by broadcast_pair, V blocks by pack_value_pairs, P^T by pair_weights (load_panel,
 //     broadcast_word, dot).
