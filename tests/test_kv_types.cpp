@@ -73,12 +73,13 @@ std::vector<Case> kv_type_cases(ElementType k, ElementType v) {
 // - bf16 V, weights in bf16: each weight p moves by at most the unit roundoff 2^-8 times p, so an
 //   output sum_n p_n v_n / l moves by at most 2^-8 max|v| = 3.9e-3 (|v| <= 1). Tolerance factor
 //   400: per-element atol 4e-3, NMSE bound 1.6e-5 against an expected (2^-8)^2 / 3 = 5.1e-6.
-// - int8 V, weights w_n = p_n s_n (s_n the V row's scale) in 8 bits per block of at most 16 keys
-//   and row, step m_b / 255 for the block's largest m_b: each weight moves by at most m_b / 510,
-//   a block's output sum by at most 16 m_b / 510 max|v8|; since m_b <= max(s) max_{n in b} p_n
-//   and the blocks' largest p_n sum to at most l, an output moves by at most
-//   (16 / 510) max(s) 127 = 3.1e-2 max|v|. Tolerance factor 3200: per-element atol 3.2e-2 (the
-//   typical error, of rounding errors of either sign, is about 1e-3).
+// - int8 V, weights w_n = p_n s_n (s_n the V row's scale) in 8 bits per decode block of at most
+//   B = 64 keys (StorageDot::kDecodeBlock) and row, step m_b / 255 for the block's largest m_b:
+//   each weight moves by at most m_b / 510, a block's output sum by at most B m_b / 510 max|v8|;
+//   since m_b <= max(s) max_{n in b} p_n and the blocks' largest p_n sum to at most l, an output
+//   moves by at most (B / 510) max(s) 127 = 0.125 max|v|. Tolerance factor 12800: per-element
+//   atol 0.128 (the worst case needs every rounding of a block in one direction; every case of
+//   this file also passes at a quarter of it, 3.2e-2).
 //
 // bf16 or f16 activations (q, gate, out): the reference reads the same rounded q and gate; the
 // kernel's f32 output rounded to the type is within the unit roundoff of it (compare() adds that
@@ -94,7 +95,7 @@ void check_types(gated_attention::DotPrecision precision = gated_attention::DotP
       c.name += " storage";
       c.with_precision(precision);
       if (v == ElementType::bf16) c.tol_scale = 400.0;
-      if (v == ElementType::i8) c.tol_scale = 3200.0;
+      if (v == ElementType::i8) c.tol_scale = 12800.0;
     }
     const PathCheck r = check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c);
     INFO(r.failure);
