@@ -338,6 +338,46 @@ void check_block_with_cache() {
 
 }  // namespace
 
+// BlockForwardArgs::dot_precision reaches the attention: with a bf16 cache, storage rounds each
+// query row to bf16 on every path (and the softmax weights where the storage dot runs), so the
+// output moves, by a few bf16 unit roundoffs of its scale at most: a logit moves by at most
+// 2^-8 sum_d |q_d k_d| (O(1) here), a weight by twice that, an output by 2^-8 max|v| more.
+TEST_CASE("block: dot_precision storage reaches the attention and stays near exact",
+          "[block][kv_types]") {
+  const ga::BlockConfig c =
+      ga::testing::small_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  auto rng = ga::testing::make_rng(0xd07);
+  const Model<float> m = ga::testing::make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float, ga::bf16> block(c, m.weights());
+  const std::int64_t len = 19, hid = c.hidden_size;
+  const std::vector<float> x = ga::testing::random_vector<float>(rng, 2 * len * hid);
+  Positions pos;
+  for (std::int64_t t = 0; t < 2 * len; ++t) pos.push_back(t % len);
+  std::vector<float> y[2];
+  for (int precision = 0; precision < 2; ++precision) {
+    TypedCache<ga::bf16> cache(c, 2, 32);
+    y[precision].assign(x.size(), kNaN);
+    ga::BlockForwardArgs<float, ga::bf16> args;
+    args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {2, len, hid});
+    args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {2, len});
+    args.cache = cache.view();
+    args.y = ga::TensorView<float, 3>::contiguous(y[precision].data(), {2, len, hid});
+    args.dot_precision = precision == 0 ? ga::DotPrecision::exact : ga::DotPrecision::storage;
+    std::vector<std::byte> ws(block.workspace_size(args, 1));
+    const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()));
+    INFO(s.message());
+    REQUIRE(s.is_ok());
+  }
+  double moved = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    moved = std::max(moved, std::fabs(double{y[1][i]} - y[0][i]));
+    scale = std::max(scale, std::fabs(double{y[0][i]}));
+  }
+  INFO("storage moved the output by " << moved << " of max |y| " << scale);
+  CHECK(moved > 0.0);
+  CHECK(moved <= 4.0 * 0x1p-8 * scale);
+}
+
 TEST_CASE("block: bf16, f16 and int8 caches match the reference block with that cache",
           "[block][kv_types]") {
   check_block_with_cache<ga::bf16>();
