@@ -44,6 +44,17 @@ struct StorageDot<bf16> {
     std::memcpy(row, bits, static_cast<std::size_t>(padded) * sizeof(bits[0]));
   }
 
+  // vpermt2w indices interleaving two rows a and b element by element: elements 0..15 of each
+  // (low) or 16..31 (high) as a0 b0 a1 b1 ...
+  static __m512i interleave_low() {
+    return _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                             0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                             0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  }
+  static __m512i interleave_high() {
+    return _mm512_add_epi16(interleave_low(), _mm512_set1_epi16(16));
+  }
+
   // ---- P.V: P rounded to bf16, vdpbf16ps over pairs of keys: V rows 2m and 2m + 1 interleaved
   // element by element (vpermt2w), P as (P[2m], P[2m + 1]) pairs per row ----
 
@@ -74,11 +85,7 @@ struct StorageDot<bf16> {
                                                   std::int64_t num_keys, int count, float* out,
                                                   std::int64_t out_stride, LineCursor& ahead,
                                                   std::int64_t lines_per_pair) {
-    const __m512i low =
-        _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
-                          0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
-                          0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
-    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    const __m512i low = interleave_low(), high = interleave_high();
     const __mmask32 loads = first(count);
     const __mmask16 lo_mask = static_cast<__mmask16>((1u << std::min(count, 16)) - 1u);
     const __mmask16 hi_mask = static_cast<__mmask16>((1u << std::max(count - 16, 0)) - 1u);
@@ -189,11 +196,7 @@ struct StorageDot<bf16> {
   static void pack_value_pairs(const bf16* values, std::int64_t value_stride, std::int64_t num_keys,
                                std::int64_t dv, std::int64_t dv_padded, std::uint32_t* packed,
                                std::int64_t column) {
-    const __m512i low =
-        _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
-                          0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
-                          0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
-    const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+    const __m512i low = interleave_low(), high = interleave_high();
     for (std::int64_t m = 0; m < (num_keys + 1) / 2; ++m) {
       const bf16* a_row = values + 2 * m * value_stride;
       const bool has_b = 2 * m + 1 < num_keys;
