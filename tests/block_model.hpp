@@ -45,7 +45,7 @@ inline const char* name_of(ga::GateMode mode) {
 
 template <class T>
 T nan_of() {
-  return std::numeric_limits<T>::quiet_NaN();
+  return reference::from_double<T>(std::numeric_limits<double>::quiet_NaN());
 }
 
 // hidden 32, 4 query heads over 2 KV heads (groups of 2), head_dim 8, RoPE on 4 of 8 dims.

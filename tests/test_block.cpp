@@ -299,18 +299,20 @@ TEST_CASE("Block: the ith/nth entry from std::threads equals forward() bit for b
 namespace {
 
 // A GEMM hook that computes in double with plain loops and counts its calls.
+// An engine's GEMM for any element type: sums in double, each output rounded to T once.
+template <class T>
 struct LoopGemm {
   std::atomic<int> calls{0};
 
-  static ga::Status run(void* context, const ga::LinearArgs<float>& a) {
+  static ga::Status run(void* context, const ga::LinearArgs<T>& a) {
     static_cast<LoopGemm*>(context)->calls.fetch_add(1);
     for (std::int64_t r = 0; r < a.x.extents[0]; ++r) {
       for (std::int64_t o = 0; o < a.weight.extents[0]; ++o) {
-        double sum = a.maybe_bias != nullptr ? a.maybe_bias[o] : 0.0;
+        double sum = a.maybe_bias != nullptr ? ga::reference::as_double(a.maybe_bias[o]) : 0.0;
         for (std::int64_t i = 0; i < a.x.extents[1]; ++i) {
-          sum += static_cast<double>(a.x(r, i)) * a.weight(o, i);
+          sum += ga::reference::as_double(a.x(r, i)) * ga::reference::as_double(a.weight(o, i));
         }
-        a.y(r, o) = static_cast<float>(sum);
+        a.y(r, o) = ga::reference::from_double<T>(sum);
       }
     }
     return ga::Status::ok();
@@ -331,8 +333,8 @@ TEST_CASE("Block: an engine's GEMM hook replaces Eigen, and its errors are retur
   const std::vector<float> x = random_vector<float>(rng, batch * len * hid);
   const Positions pos = positions_from(batch, len, 4);
 
-  LoopGemm gemm;
-  const ga::GatedMultiHeadAttention<float> block(c, m.weights(), {&LoopGemm::run, &gemm});
+  LoopGemm<float> gemm;
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights(), {&LoopGemm<float>::run, &gemm});
   Cache<float> ours(c, batch, 16), theirs(c, batch, 16);
   std::vector<float> y;
   REQUIRE(BlockRun{block, {}}.forward(x, batch, len, pos, ours.view(), y).is_ok());
@@ -345,6 +347,144 @@ TEST_CASE("Block: an engine's GEMM hook replaces Eigen, and its errors are retur
   const ga::Status s = BlockRun{failing, {}}.forward(x, batch, len, pos, cache.view(), y);
   CHECK(s.code() == ga::StatusCode::not_supported);
   CHECK(std::string(s.message()).find("engine gemm") != std::string::npos);
+}
+
+namespace {
+
+// Every element of v rounded to T.
+template <class T, class S>
+std::vector<T> rounded(const std::vector<S>& v) {
+  std::vector<T> out;
+  for (const S x : v) out.push_back(ga::reference::from_double<T>(ga::reference::as_double(x)));
+  return out;
+}
+
+// The model's parameters rounded to T (or widened exactly, from bf16/f16 to float).
+template <class T, class S>
+Model<T> rounded_model(const Model<S>& m) {
+  Model<T> r;
+  r.c = m.c;
+  r.biases = m.biases;
+  r.o_bias = m.o_bias;
+  for (auto [to, from] : {std::pair{&r.wq, &m.wq},
+                          {&r.bq, &m.bq},
+                          {&r.wg, &m.wg},
+                          {&r.bg, &m.bg},
+                          {&r.wk, &m.wk},
+                          {&r.bk, &m.bk},
+                          {&r.wv, &m.wv},
+                          {&r.bv, &m.bv},
+                          {&r.wo, &m.wo},
+                          {&r.bo, &m.bo},
+                          {&r.q_norm, &m.q_norm},
+                          {&r.k_norm, &m.k_norm}}) {
+    *to = rounded<T>(*from);
+  }
+  r.pack();
+  return r;
+}
+
+// bf16 or f16 activations: x, the weights, every projection's output, the attention's output and
+// y in T (norm, RoPE, softmax and the GEMM's sums in f32 or better), a cache of T; against the
+// reference in double on the same rounded weights, inputs and cache. Each of the five roundings
+// on the way (the projection outputs, q after norm and RoPE, the attention output, y) moves y by
+// up to u/2 (u = 2^-8 bf16, 2^-11 f16) of the magnitudes it passes through, which o_proj's sums
+// of random signs bring to about 2 max|y|: 5u in all, bound |y - y_ref| <= 8 u max|y_ref| per
+// element (measured over seeds: up to 3.6 u).
+template <class T>
+void check_activations(double u, std::uint64_t salt) {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  std::mt19937_64 rng = make_rng(salt);
+  const Model<T> m = rounded_model<T>(make_model<float>(c, rng));
+  const Model<float> widened = rounded_model<float>(m);
+  LoopGemm<T> gemm;
+  const ga::GatedMultiHeadAttention<T, T> block(c, m.weights(), {&LoopGemm<T>::run, &gemm});
+  const std::int64_t seqs = 2, hid = c.hidden_size;
+  ga::ThreadPool pool(2);
+  for (const ga::Isa isa : available_isas()) {
+    ga::set_isa_limit(isa);
+    for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+      Cache<T> ours(c, seqs, 48), theirs(c, seqs, 48);
+      struct Step {
+        std::int64_t first_seq, batch, len;
+      };
+      for (const Step step : {Step{0, 1, 37}, {1, 1, 17}, {0, seqs, 1}, {0, seqs, 1}}) {
+        INFO("path " << ga::to_string(isa) << ", workers " << executor.num_workers << ", sequences "
+                     << step.first_seq << "+" << step.batch << ", " << step.len << " tokens");
+        const std::vector<T> x = random_vector<T>(rng, step.batch * step.len * hid);
+        Positions pos;
+        for (std::int64_t b = 0; b < step.batch; ++b) {
+          const std::int64_t start = ours.lengths[static_cast<std::size_t>(step.first_seq + b)];
+          for (std::int64_t t = 0; t < step.len; ++t) pos.push_back(start + t);
+        }
+        auto sub = [&](Cache<T>& cache) {
+          ga::KvCacheView<T> v = cache.slot(step.first_seq);
+          v.k.extents[0] = v.v.extents[0] = step.batch;
+          return v;
+        };
+        const auto x_view =
+            ga::TensorView<const T, 3>::contiguous(x.data(), {step.batch, step.len, hid});
+        const auto pos_view =
+            ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {step.batch, step.len});
+        std::vector<T> y(x.size(), nan_of<T>());
+        ga::BlockForwardArgs<T, T> args;
+        args.x = x_view;
+        args.positions = pos_view;
+        args.cache = sub(ours);
+        args.y = ga::TensorView<T, 3>::contiguous(y.data(), {step.batch, step.len, hid});
+        std::vector<std::byte> ws(block.workspace_size(args, executor));
+        const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()), executor);
+        INFO(s.message());
+        REQUIRE(s.is_ok());
+        const std::vector<float> x_widened = rounded<float>(x);
+        std::vector<float> expected(x.size());
+        REQUIRE(ga::reference::block_forward(c, widened.weights(),
+                                             ga::TensorView<const float, 3>::contiguous(
+                                                 x_widened.data(), {step.batch, step.len, hid}),
+                                             pos_view, sub(theirs),
+                                             ga::TensorView<float, 3>::contiguous(
+                                                 expected.data(), {step.batch, step.len, hid}))
+                    .is_ok());
+        double max_y = 0.0, worst = 0.0;
+        for (const float e : expected) max_y = std::max(max_y, std::fabs(double{e}));
+        for (std::size_t i = 0; i < y.size(); ++i) {
+          track(worst, std::fabs(ga::reference::as_double(y[i]) - expected[i]) / max_y);
+        }
+        INFO("max |y - y_ref| / max |y_ref| = " << worst << " (u = " << u << ")");
+        CHECK(worst <= 8.0 * u);
+        CHECK(ours.lengths == theirs.lengths);
+      }
+    }
+  }
+  ga::clear_isa_limit();
+  CHECK(gemm.calls.load() > 0);
+}
+
+}  // namespace
+
+TEST_CASE("Block: bf16 and f16 activations through a GEMM hook match the reference", "[block]") {
+  check_activations<ga::bf16>(0x1p-8, 1400);
+  check_activations<ga::f16>(0x1p-11, 1401);
+}
+
+TEST_CASE("Block: bf16 activations without a GEMM hook are refused", "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  std::mt19937_64 rng = make_rng(1402);
+  const Model<ga::bf16> m = rounded_model<ga::bf16>(make_model<float>(c, rng));
+  const ga::GatedMultiHeadAttention<ga::bf16> block(c, m.weights());
+  Cache<ga::bf16> cache(c, 1, 8);
+  const std::vector<ga::bf16> x = random_vector<ga::bf16>(rng, 4 * c.hidden_size);
+  std::vector<ga::bf16> y(x.size());
+  const Positions pos = positions_from(1, 4, 0);
+  ga::BlockForwardArgs<ga::bf16> args;
+  args.x = ga::TensorView<const ga::bf16, 3>::contiguous(x.data(), {1, 4, c.hidden_size});
+  args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {1, 4});
+  args.cache = cache.view();
+  args.y = ga::TensorView<ga::bf16, 3>::contiguous(y.data(), {1, 4, c.hidden_size});
+  const ga::Status s = block.can_implement(args);
+  CHECK(s.code() == ga::StatusCode::not_supported);
+  CHECK(std::string(s.message()).find("LinearHook") != std::string::npos);
+  CHECK(block.workspace_size(args, 1) == 0);
 }
 
 TEST_CASE("Block: validation and the workspace", "[block]") {

@@ -15,8 +15,14 @@ Engines (each skipped with a message when its package is missing; install from P
             precision, INFERENCE_NUM_THREADS = threads; GQA by broadcasting K/V over the group
             axis, the same mask rule, the gate as Sigmoid and Multiply nodes in the same model.
 
+Element types (--dtypes): f32 (the main table's columns); bf16 and f16 (torch only: q, k, v and
+the gate in that type, the element-type table's columns beside our `sdpa/<gate>/<dtype>` rows).
+
 Times: per call, median of 3 repetitions of at least --min-time seconds after one warm-up call;
-calls longer than 1 s: the warm-up plus one timed call. f32 everywhere, inputs uniform in [-1, 1).
+calls longer than 1 s: the warm-up plus one timed call. Inputs uniform in [-1, 1).
+
+torch from PyPI brings its CUDA libraries (a few GB, unused here): python3 -m venv /work/venv &&
+/work/venv/bin/pip install torch openvino
 """
 
 import argparse
@@ -70,13 +76,14 @@ def torch_engine(gqa_mode):
     import torch
     import torch.nn.functional as F
 
-    def make(shape, gate, threads):
+    def make(shape, gate, threads, dtype):
         torch.set_num_threads(threads)
         b, hq, hkv, d = shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim
         gen = torch.Generator().manual_seed(1)
+        element = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype]
 
         def uniform(*size):
-            return torch.rand(*size, generator=gen) * 2 - 1
+            return (torch.rand(*size, generator=gen) * 2 - 1).to(element)
 
         q = uniform(b, hq, shape.q_len, d)
         k = uniform(b, hkv, shape.kv_len, d)
@@ -118,7 +125,9 @@ def openvino_engine():
 
     core = ov.Core()
 
-    def make(shape, gate, threads):
+    def make(shape, gate, threads, dtype):
+        if dtype != "f32":
+            raise NotImplementedError("openvino: f32 only here")
         b, hq, hkv, d = shape.batch, shape.q_heads, shape.kv_heads, shape.head_dim
         group = hq // hkv
         # [b, kv_heads, group, len, d]: K/V broadcast over the group axis (GQA without copies).
@@ -169,6 +178,8 @@ def main():
     parser.add_argument("--gates", default=",".join(GATES))
     parser.add_argument("--gqa", choices=("enable_gqa", "repeat"), default="enable_gqa",
                         help="torch: enable_gqa=True, or K/V repeated per query head beforehand")
+    parser.add_argument("--dtypes", default="f32",
+                        help="comma-separated: f32, bf16, f16 (bf16/f16: ungated, torch only)")
     parser.add_argument("--min-time", type=float, default=0.2)
     args = parser.parse_args()
 
@@ -199,20 +210,23 @@ def main():
 
     results = []
     start = time.monotonic()
+    runs = [(dtype, gate) for dtype in args.dtypes.split(",")
+            for gate in (gates if dtype == "f32" else ["none"])]
     for name, make in engines:
         for shape in named:
             for threads in threads_list:
-                for gate in gates:
-                    entry = {"engine": name, "case": shape.name, "threads": threads, "gate": gate}
+                for dtype, gate in runs:
+                    entry = {"engine": name, "case": shape.name, "threads": threads, "gate": gate,
+                             "dtype": dtype}
                     try:
-                        ms, reps = time_calls(make(shape, gate, threads), args.min_time)
+                        ms, reps = time_calls(make(shape, gate, threads, dtype), args.min_time)
                         entry.update(ms=round(ms, 4), reps=reps)
                     except Exception as e:  # an engine that cannot run a shape: say so, go on
                         entry.update(ms=None, error=f"{type(e).__name__}: {e}"[:300])
                     results.append(entry)
                     shown = f"{entry['ms']:.3f} ms" if entry.get("ms") is not None else \
                         entry["error"]
-                    print(f"peers: {name} {shape.name} threads:{threads} {gate}: {shown}",
+                    print(f"peers: {name} {shape.name} threads:{threads} {dtype} {gate}: {shown}",
                           file=sys.stderr, flush=True)
     context["wall_s"] = round(time.monotonic() - start, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

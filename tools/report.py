@@ -330,9 +330,10 @@ def medians(benchmarks):
 
 
 def load_peers(paths):
-    """{(case, threads): {engine: {gate: ms}}}, the engines in order and their versions, from the
-    JSON files of tools/peers.py."""
-    table, engines, context = {}, [], {}
+    """From the JSON files of tools/peers.py: {(case, threads): {engine: {gate: ms}}} of the f32
+    runs, the engines in order, their versions, and {(case, threads, dtype): {engine: ms}} of the
+    other element types (ungated)."""
+    table, engines, context, typed = {}, [], {}, {}
     for path in paths:
         with open(path) as f:
             data = json.load(f)
@@ -341,11 +342,15 @@ def load_peers(paths):
         for r in data.get("results", []):
             if r.get("ms") is None:
                 continue
+            if r.get("dtype", "f32") != "f32":
+                typed.setdefault((r["case"], int(r["threads"]), r["dtype"]), {})[
+                    r["engine"]] = r["ms"]
+                continue
             if r["engine"] not in engines:
                 engines.append(r["engine"])
             table.setdefault((r["case"], int(r["threads"])), {}).setdefault(r["engine"], {})[
                 r["gate"]] = r["ms"]
-    return table, engines, context
+    return table, engines, context, typed
 
 
 def build_rows(data, peers):
@@ -443,9 +448,10 @@ def build_rows(data, peers):
     return header, rows, series, errors, peak_fma
 
 
-def dtype_rows(data):
+def dtype_rows(data, peers):
     """The element-type table: per (case, threads, dtype), the paired speedup against f32 and the
-    decode read share, with the path that ran."""
+    decode read share, with the path that ran; our ungated time and the peers' in the same type
+    where tools/peers.py measured them."""
     values = medians(data["benchmarks"])
     table, order = {}, []
     for name, entry in values.items():
@@ -459,15 +465,28 @@ def dtype_rows(data):
         table[key][m.group(1)] = entry
     named = [s.name for s in bench_shapes.load()[0]]
     order.sort(key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[2], k[1]))
+    typed = peers[3] if peers else {}
+    engines = sorted({e for entry in typed.values() for e in entry})
     header = ["case", "thr", "dtype", "speedup vs f32", "read share", "ISA"]
+    if engines:
+        header.append("ungated ms")
+    for e in engines:
+        header += [f"{e} ms", f"x vs {e}"]
     rows = []
     for key in order:
         speed = table[key].get("dtype_speedup", {})
         share = table[key].get("decode_read_share", {})
-        rows.append(("dtype", [key[0], str(key[1]), key[2],
-                               f"{speed['speedup']:.2f}" if speed.get("speedup") else "-",
-                               f"{share['share']:.2f}" if share.get("share") else "-",
-                               speed.get("label") or share.get("label") or "-"]))
+        row = [key[0], str(key[1]), key[2],
+               f"{speed['speedup']:.2f}" if speed.get("speedup") else "-",
+               f"{share['share']:.2f}" if share.get("share") else "-",
+               speed.get("label") or share.get("label") or "-"]
+        if engines:
+            ours = values.get(f"sdpa/none/{key[2]}/{key[0]}/threads:{key[1]}", {}).get("ms")
+            row.append(fmt_ms(ours))
+        for e in engines:
+            theirs = typed.get(key, {}).get(e)
+            row += [fmt_ms(theirs), f"{theirs / ours:.2f}" if theirs and ours else "-"]
+        rows.append(("dtype", row))
     return header, rows
 
 
@@ -889,7 +908,7 @@ def main():
         "",
         f"![gated vs ungated attention]({os.path.basename(README_PNG)})",
     ]
-    dtype_header, dtype_table = dtype_rows(data)
+    dtype_header, dtype_table = dtype_rows(data, peers)
     if dtype_table:
         md_lines += [
             "",
@@ -897,7 +916,9 @@ def main():
             "`dtype_speedup/<dtype>/<shape>/threads:<n>` (median of back-to-back f32 / typed call "
             "times, ungated); `read share` is `decode_read_share`, the typed call's time against "
             "a plain read of the same K/V bytes. dtype `f32-kv<t>`: f32 activations, K/V in t; "
-            "`bf16`, `f16`: every tensor in the type; `-storage`: DotPrecision::storage.",
+            "`bf16`, `f16`: every tensor in the type; `-storage`: DotPrecision::storage."
+            + (" `<peer> ms`: the peer's ungated call with every tensor in the dtype; `x vs "
+               "<peer>` = their time / ours (`ungated ms`)." if peers and peers[3] else ""),
             "",
             markdown_table(dtype_header, dtype_table),
         ]

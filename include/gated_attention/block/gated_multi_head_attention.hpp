@@ -75,9 +75,10 @@ class GatedMultiHeadAttention {
     GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
     GATED_ATTENTION_RETURN_IF_ERROR(
         check_no_overlap("cache.k", args.cache.k, "cache.v", args.cache.v));
-    if (!std::is_same_v<T, float>) {
+    if (!std::is_same_v<T, float> && gemm_.fn == nullptr) {
       return Status::error(StatusCode::not_supported,
-                           "block: element type: expected float (bf16/f16 come later)");
+                           "block: bf16/f16 activations: expected a LinearHook for the "
+                           "projections (the default, Eigen, multiplies float only)");
     }
     return Status::ok();
   }
@@ -244,34 +245,29 @@ class GatedMultiHeadAttention {
   // Validated arguments: carves the workspace and runs `phase` on these workers.
   Status run_checked_phase(const BlockForwardArgs<T, KvT>& args, Workspace workspace, int phase,
                            const Workers& workers) const {
-    if constexpr (!std::is_same_v<T, float>) {
-      (void)args, (void)workspace, (void)phase, (void)workers;
-      return Status::error(StatusCode::not_supported, "block: element type: expected float");
-    } else {
-      Buffers buf;
-      carve(workspace, args, workers.count(), &buf);
-      if (!buf.complete) {
-        return Status::error(StatusCode::workspace_too_small,
-                             "workspace: expected >= %zu bytes for %d worker(s), got %zu",
-                             workspace_size(args, workers.count()), workers.count(),
-                             workspace.capacity());
-      }
-      if (args.x.extents[0] * args.x.extents[1] == 0) return Status::ok();
-      switch (phase) {
-        case kProject:
-          return project_phase(args, buf, workers);
-        case kPrepare:
-          prepare_phase(args, buf, workers);
-          return Status::ok();
-        case kAttention:
-        case kMergeSplits:
-          return attention_phase(args, buf, phase - kAttention, workers);
-        case kOutput:
-          return output_phase(args, buf, workers);
-        default:
-          commit_phase(args, workers);
-          return Status::ok();
-      }
+    Buffers buf;
+    carve(workspace, args, workers.count(), &buf);
+    if (!buf.complete) {
+      return Status::error(StatusCode::workspace_too_small,
+                           "workspace: expected >= %zu bytes for %d worker(s), got %zu",
+                           workspace_size(args, workers.count()), workers.count(),
+                           workspace.capacity());
+    }
+    if (args.x.extents[0] * args.x.extents[1] == 0) return Status::ok();
+    switch (phase) {
+      case kProject:
+        return project_phase(args, buf, workers);
+      case kPrepare:
+        prepare_phase(args, buf, workers);
+        return Status::ok();
+      case kAttention:
+      case kMergeSplits:
+        return attention_phase(args, buf, phase - kAttention, workers);
+      case kOutput:
+        return output_phase(args, buf, workers);
+      default:
+        commit_phase(args, workers);
+        return Status::ok();
     }
   }
 
@@ -365,49 +361,70 @@ class GatedMultiHeadAttention {
         return;
       }
       RopeAngles angles;
+      NormWeights norms;
+      widen_norm_weights(norms);
       const std::int64_t end = std::min(tokens, (task + 1) * kPrepareTokens);
       for (std::int64_t token = task * kPrepareTokens; token < end; ++token) {
-        prepare_token(args, buf, token, angles);
+        prepare_token(args, buf, token, norms, angles);
       }
     });
   }
 
+  // The QK norm weights widened to f32 ([head_dim] each; unused when qk_norm is none).
+  struct NormWeights {
+    float q[kMaxHeadDim], k[kMaxHeadDim];
+  };
+  void widen_norm_weights(NormWeights& n) const {
+    if (config_.qk_norm == QkNorm::none) return;
+    for (std::int64_t i = 0; i < config_.head_dim; ++i) {
+      n.q[i] = to_float(weights_.maybe_q_norm[i]);
+      n.k[i] = to_float(weights_.maybe_k_norm[i]);
+    }
+  }
+
+  // One head row widened to f32 into `row`, then (when `norm_weight`) normed and rotated: the
+  // norm and RoPE run in f32 whatever T, and each row is rounded once, to T (q) or the cache (k).
+  void widen_row(const T* in, float* row, const float* norm_weight,
+                 const RopeAngles& angles) const {
+    const BlockConfig& c = config_;
+    for (std::int64_t i = 0; i < c.head_dim; ++i) row[i] = to_float(in[i]);
+    if (norm_weight == nullptr) return;
+    if (c.qk_norm != QkNorm::none) {
+      const auto weighting = c.qk_norm == QkNorm::zero_centered_rms ? RmsNormWeight::zero_centered
+                                                                    : RmsNormWeight::standard;
+      rms_norm_row(row, row, c.head_dim, norm_weight, c.rms_norm_eps, weighting);
+    }
+    if (c.rotary_dim > 0) rope_row(row, row, c.head_dim, c.rotary_dim, angles);
+  }
+
   // Norm, RoPE and cache append of token `token` (b * len + t).
   void prepare_token(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, std::int64_t token,
-                     RopeAngles& angles) const {
+                     const NormWeights& norms, RopeAngles& angles) const {
     const BlockConfig& c = config_;
     const std::int64_t len = args.x.extents[1], d = c.head_dim;
     const std::int64_t b = token / len, t = token % len;
-    const auto weighting = c.qk_norm == QkNorm::zero_centered_rms ? RmsNormWeight::zero_centered
-                                                                  : RmsNormWeight::standard;
-    const bool rope = c.rotary_dim > 0;
-    if (rope) angles.compute(args.positions(b, t), c.rope_theta, c.rotary_dim);
+    if (c.rotary_dim > 0) angles.compute(args.positions(b, t), c.rope_theta, c.rotary_dim);
     const auto q = q_view(c, rows_of(args, buf.q_proj_out, c.q_proj_rows()));
+    float row[kMaxHeadDim];
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       for (std::int64_t j = 0; j < c.group_size(); ++j) {
-        T* row = &q(b, t, h, j, 0);
-        if (c.qk_norm != QkNorm::none) {
-          rms_norm_row(row, row, d, weights_.maybe_q_norm, c.rms_norm_eps, weighting);
-        }
-        if (rope) rope_row(row, row, d, c.rotary_dim, angles);
+        T* q_row = &q(b, t, h, j, 0);
+        widen_row(q_row, row, norms.q, angles);
+        for (std::int64_t i = 0; i < d; ++i) q_row[i] = T(row[i]);
       }
     }
     const std::int64_t slot = args.cache.lengths[b] + t;
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
-      T* k = buf.k_proj_out + token * c.kv_width() + h * d;  // normed and rotated in place
-      const T* v = buf.v_proj_out + token * c.kv_width() + h * d;
-      if (c.qk_norm != QkNorm::none) {
-        rms_norm_row(k, k, d, weights_.maybe_k_norm, c.rms_norm_eps, weighting);
-      }
-      if (rope) rope_row(k, k, d, c.rotary_dim, angles);
-      append_row(k, &args.cache.k(b, slot, h, 0), args.cache.maybe_k_scales, b, slot, h);
-      append_row(v, &args.cache.v(b, slot, h, 0), args.cache.maybe_v_scales, b, slot, h);
+      widen_row(buf.k_proj_out + token * c.kv_width() + h * d, row, norms.k, angles);
+      append_row(row, &args.cache.k(b, slot, h, 0), args.cache.maybe_k_scales, b, slot, h);
+      widen_row(buf.v_proj_out + token * c.kv_width() + h * d, row, nullptr, angles);
+      append_row(row, &args.cache.v(b, slot, h, 0), args.cache.maybe_v_scales, b, slot, h);
     }
   }
 
-  // One K or V row into the cache as ops/store_kv stores it. An int8 row holding NaN or Inf gets
-  // a NaN scale, which the attention phase refuses naming the row.
-  void append_row(const T* row, KvT* cached, const TensorView<float, 3>& maybe_scales,
+  // One K or V row (f32) into the cache as ops/store_kv stores it. An int8 row holding NaN or Inf
+  // gets a NaN scale, which the attention phase refuses naming the row.
+  void append_row(const float* row, KvT* cached, const TensorView<float, 3>& maybe_scales,
                   std::int64_t b, std::int64_t slot, std::int64_t h) const {
     const float scale = detail::store_kv_elements(row, config_.head_dim, cached);
     if (maybe_scales.data != nullptr) maybe_scales(b, slot, h) = scale;
