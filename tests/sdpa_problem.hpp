@@ -783,9 +783,12 @@ struct Problem {
     }
   }
 
-  template <class KT = float, class VT = KT>
+  // The reference reads the activations widened from T: a q of K's type is not rounded under
+  // DotPrecision::storage (rounds_query_v), as exact.
+  template <class KT = float, class VT = KT, class T = float>
   Status run_reference() {
     SdpaArgs<float> a = args();
+    if (!rounds_query_v<T, KT>) a.dot_precision = DotPrecision::exact;
     a.out = split_heads(ref_out.view(), c.hkv);
     a.maybe_lse = ref_lse.view();
     if (c.stats) {
@@ -1124,7 +1127,7 @@ PathCheck check_every_path_as(const Case& c) {
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
   }
-  if (const Status s = p.run_reference<KT, VT>(); !s.is_ok()) {
+  if (const Status s = p.run_reference<KT, VT, T>(); !s.is_ok()) {
     return fail(std::string("reference::sdpa: ") + s.message());
   }
   const int workers = std::max(1, c.threads);

@@ -154,6 +154,17 @@ TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_type
         isa == ga::Isa::avx512 && ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
     CHECK(std::string(ga::sdpa_path(a)) == (dot ? "avx512_bf16" : ga::to_string(isa)));
   }
+  // bf16 q over a bf16 K: the storage dot reads q unscaled (exact products), so exact runs it too.
+  ga::SdpaArgs<ga::bf16, ga::bf16, ga::bf16> all_bf16 = p.args_as<ga::bf16, ga::bf16, ga::bf16>();
+  for (ga::Isa isa : ga::testing::available_isas()) {
+    ga::set_isa_limit(isa);
+    const bool dot =
+        isa == ga::Isa::avx512 && ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
+    for (const ga::DotPrecision precision : {ga::DotPrecision::exact, ga::DotPrecision::storage}) {
+      all_bf16.dot_precision = precision;
+      CHECK(std::string(ga::sdpa_path(all_bf16)) == (dot ? "avx512_bf16" : ga::to_string(isa)));
+    }
+  }
   const ga::SdpaArgs<float> f32 = p.args();
   ga::SdpaArgs<float> storage_f32 = f32;
   storage_f32.dot_precision = ga::DotPrecision::storage;

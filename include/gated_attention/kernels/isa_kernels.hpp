@@ -57,8 +57,9 @@
 
 // The SDPA entry points of one path for activations T and K/V types KT, VT; `prefix` is `extern`
 // (declaration) or empty (definition).
-#define GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, T, KT, VT)                             \
-  prefix template TaskFn kernels::isa::sdpa_task_fn<T, KT, VT>(std::int64_t, std::int64_t); \
+#define GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, T, KT, VT)                            \
+  prefix template TaskFn kernels::isa::sdpa_task_fn<T, KT, VT>(std::int64_t, std::int64_t, \
+                                                               DotPrecision);              \
   prefix template void kernels::isa::sdpa_merge<T, KT, VT>(void*, std::int64_t, int);
 
 // The f32 entry points of one path.

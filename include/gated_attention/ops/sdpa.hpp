@@ -72,20 +72,27 @@ inline const char* sdpa_path() {
 namespace detail {
 
 // Whether a call with these arguments runs the storage dot (kernels::avx512_bf16): 16- or 8-bit
-// K/V it reads, DotPrecision::storage, on the avx512 path of a CPU with AVX512-BF16 and VNNI.
+// K/V it reads, DotPrecision::storage (or exact, where q has K's type and the dot reads it
+// unscaled: kExactQueryDot), on the avx512 path of a CPU with AVX512-BF16 and VNNI.
 #if GATED_ATTENTION_X86
 template <class KT, class VT>
 inline constexpr bool reads_storage_dot_v = kernels::avx512_bf16::StorageDot<KT>::kAvailable ||
                                             kernels::avx512_bf16::StorageDot<VT>::kWeights;
+template <class T, class KT, class VT>
+inline constexpr bool exact_query_dot_v = kernels::avx512_bf16::kExactQueryDot<T, KT>;
 #else
 template <class KT, class VT>
 inline constexpr bool reads_storage_dot_v = false;
+template <class T, class KT, class VT>
+inline constexpr bool exact_query_dot_v = false;
 #endif
 
 template <class T, class KT, class VT>
 bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
-  return reads_storage_dot_v<KT, VT> && args.dot_precision == DotPrecision::storage &&
-         isa == Isa::avx512 && has_avx512_bf16_region_features(cpu_features());
+  constexpr bool kExactToo = exact_query_dot_v<T, KT, VT>;
+  return reads_storage_dot_v<KT, VT> &&
+         (args.dot_precision == DotPrecision::storage || kExactToo) && isa == Isa::avx512 &&
+         has_avx512_bf16_region_features(cpu_features());
 }
 
 }  // namespace detail
@@ -110,7 +117,7 @@ SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa 
 #if GATED_ATTENTION_X86
   if constexpr (reads_storage_dot_v<KT, VT>) {
     if (runs_storage_dot(args, isa)) {
-      return {kernels::avx512_bf16::sdpa_task_fn<T, KT, VT>(dk, dv),
+      return {kernels::avx512_bf16::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::avx512_bf16::sdpa_merge<T, KT, VT>};
     }
   }
@@ -118,19 +125,19 @@ SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa 
   switch (isa) {
 #if GATED_ATTENTION_X86
     case Isa::avx512:
-      return {kernels::avx512::sdpa_task_fn<T, KT, VT>(dk, dv),
+      return {kernels::avx512::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::avx512::sdpa_merge<T, KT, VT>};
     case Isa::avx2:
-      return {kernels::avx2::sdpa_task_fn<T, KT, VT>(dk, dv),
+      return {kernels::avx2::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::avx2::sdpa_merge<T, KT, VT>};
 #endif
 #if GATED_ATTENTION_AARCH64
     case Isa::neon:
-      return {kernels::neon::sdpa_task_fn<T, KT, VT>(dk, dv),
+      return {kernels::neon::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::neon::sdpa_merge<T, KT, VT>};
 #endif
     default:
-      return {kernels::scalar::sdpa_task_fn<T, KT, VT>(dk, dv),
+      return {kernels::scalar::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::scalar::sdpa_merge<T, KT, VT>};
   }
 }

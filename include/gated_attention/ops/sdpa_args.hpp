@@ -69,9 +69,10 @@ struct AttentionStats {
 enum class DotPrecision : std::uint8_t {
   // K/V widened to f32; q and the softmax weights stay f32.
   exact,
-  // q rounded per row to K's type (round_query_row), on every path. Where the path has a dot
-  // instruction for the types, the softmax weights are rounded too: to bf16 for a bf16 V, to 8
-  // bits per block of keys for an int8 V. f32 K/V: as exact.
+  // q rounded per row to K's type (round_query_row), on every path, unless q already has K's
+  // type (then the dot products of q and K are exact, the scale applied after them). Where the
+  // path has a dot instruction for the types, the softmax weights are rounded too: to bf16 for a
+  // bf16 V, to 8 bits per block of keys for an int8 V. f32 K/V: as exact.
   storage,
 };
 
@@ -119,10 +120,14 @@ inline float quantize_query_row(const float* row, std::int64_t d, std::int8_t* q
 }  // namespace detail
 
 // Under DotPrecision::storage, each query row scaled by scale_log2() (in float) is rounded to K's
-// type before the dot products: bf16 and f16 to nearest even; int8 as store_kv quantises a cache
-// row (detail::quantize_query_row), kept as its values times the row's scale (a row with NaN or
-// Inf is left as it is); f32 K (or any other type): unchanged. `row` holds d <= kMaxHeadDim
-// values.
+// type before the dot products (unless q already has K's type: rounds_query_v): bf16 and f16 to
+// nearest even; int8 as store_kv quantises a cache row (detail::quantize_query_row), kept as its
+// values times the row's scale (a row with NaN or Inf is left as it is); f32 K (or any other type):
+// unchanged. `row` holds d <= kMaxHeadDim values. Whether DotPrecision::storage rounds a query of
+// type T for a K of type KT.
+template <class T, class KT>
+inline constexpr bool rounds_query_v = !std::is_same_v<T, KT>;
+
 template <class KT>
 void round_query_row(float* row, std::int64_t d) {
   if constexpr (std::is_same_v<KT, std::int8_t>) {

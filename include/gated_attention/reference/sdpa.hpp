@@ -40,7 +40,7 @@ struct SdpaRow {
     const std::int64_t q_len = args.q.extents[1], dk = args.q.extents[4];
     const std::int64_t pos = i + valid - q_len;
     // Under DotPrecision::storage the query row as the kernels round it, in log2 units.
-    const bool rounded = args.dot_precision == DotPrecision::storage;
+    const bool rounded = args.dot_precision == DotPrecision::storage && rounds_query_v<T, KT>;
     std::vector<double> query(static_cast<std::size_t>(dk));
     std::vector<float> row(static_cast<std::size_t>(dk));
     for (std::int64_t d = 0; d < dk; ++d) {

@@ -9,10 +9,12 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KT, class VT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv, bool kRoundWeights>
 struct DecodeBlocks {
   using Scores = ScoreTiles<KT, kDk>;
-  using Values = ValueTiles<VT, kDv>;
+  using Values = ValueTiles<VT, kDv, kRoundWeights>;
+  // q of K's type read unscaled by the storage dot tiles, the scores scaled after.
+  static constexpr bool kScaleScores = kExactQueryDot<T, KT>;
   // Keys per block: the storage dot's own (StorageDot::kDecodeBlock) where it reads K or V.
   static constexpr std::int64_t decode_block() {
     if constexpr (Scores::kStorage) {
@@ -31,15 +33,15 @@ struct DecodeBlocks {
   // rows").
   static std::int64_t score_stride(std::int64_t rows) { return rows <= 4 ? 4 : 8; }
 
-  // Each head's rows of queries, scaled by scale * log2(e), zero-padded to dk_padded and in the
-  // form the dot tiles read (Scores::finish_query); and the
-  // padded rows of S^T, which the dot tiles do not write, zeroed.
+  // Each head's rows of queries, scaled by scale * log2(e) (or not: kScaleScores), zero-padded to
+  // dk_padded and in the form the dot tiles read (Scores::finish_query); and the padded rows of
+  // S^T, which the dot tiles do not write, zeroed.
   static void pack_queries(const UnitWork<T, KT, VT>& u, std::int64_t stride) {
     const std::int64_t dkp = u.dk_padded(), depth = head_dim<kDk>(u.dk);
     for (std::int64_t h = 0; h < u.heads; ++h) {
       for (std::int64_t r = 0; r < u.rows_v; ++r) {
         float* row = u.w.q_t + h * u.q_size() + r * dkp;
-        u.scaled_query(h, r, depth, row, !Scores::kStorage);
+        u.scaled_query(h, r, depth, row, kScaleScores ? 1.0f : u.scale_log2, !Scores::kStorage);
         std::fill(row + depth, row + dkp, 0.0f);
         Scores::finish_query(row, depth, dkp);
       }
@@ -141,6 +143,9 @@ struct DecodeBlocks {
         row_scales(a.maybe_k_scales, u, 0, n0), a.maybe_k_scales.strides[2],
         block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, head_dim<kDv>(u.dv)));
     for (std::int64_t h = 0; h < u.heads; ++h) {
+      if constexpr (kScaleScores) {
+        scale_scores(u.w.scores + h * kBlock * stride, nb, u.rows, stride, u.scale_log2);
+      }
       head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
     }
   }

@@ -4,17 +4,20 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KT, class VT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv, bool kRoundWeights>
 struct PrefillBlocks {
   using Scores = ScoreTiles<KT, kDk>;
-  using Values = ValueTiles<VT, kDv>;
+  using Values = ValueTiles<VT, kDv, kRoundWeights>;
+  // q of K's type read unscaled by the storage dot panels, the scores scaled after.
+  static constexpr bool kScaleScores = kExactQueryDot<T, KT> && Scores::kPairPanels;
 
-  // The unit's queries, scaled by scale * log2(e), into the panels of Scores::q_panel_element.
+  // The unit's queries, scaled by scale * log2(e) (or not: kScaleScores), into the panels of
+  // Scores::q_panel_element.
   static void pack_queries(const UnitWork<T, KT, VT>& u) {
     const std::int64_t depth = head_dim<kDk>(u.dk);
     float row[kMaxHeadDim];
     for (std::int64_t r = 0; r < u.rows_v; ++r) {
-      u.scaled_query(0, r, depth, row);
+      u.scaled_query(0, r, depth, row, kScaleScores ? 1.0f : u.scale_log2);
       Scores::pack_query_row(u.w.q_t, u.rows_v, depth, r, row);
     }
   }
@@ -30,6 +33,7 @@ struct PrefillBlocks {
     const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
     Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
                            w.kv_block);
+    if constexpr (kScaleScores) scale_scores(w.scores, nb, u.rows_v, rs, u.scale_log2);
     if constexpr (std::is_same_v<KT, std::int8_t>) {
       u.scale_by_rows(a.maybe_k_scales, 0, w.scores, n0, nb, u.rows_v, rs);
     }

@@ -5,7 +5,7 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class T, class KT, class VT, int kDk, int kDv>
+template <class T, class KT, class VT, int kDk, int kDv, bool kRoundWeights>
 struct SdpaKernel {
   // The task's rows, keys and scratch, with the running softmax state reset.
   static UnitWork<T, KT, VT> start(const SdpaContext<T, KT, VT>& ctx, std::int64_t task_index,
@@ -85,9 +85,9 @@ struct SdpaKernel {
     const UnitWork<T, KT, VT> u = start(ctx, task_index, worker);
     if (u.begin < u.end) {
       if (ctx.plan->regime == SdpaRegime::decode) {
-        DecodeBlocks<T, KT, VT, kDk, kDv>::run(u);
+        DecodeBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
       } else {
-        PrefillBlocks<T, KT, VT, kDk, kDv>::run(u);
+        PrefillBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
       }
     }
     if (ctx.plan->splits == 1) {
@@ -99,23 +99,35 @@ struct SdpaKernel {
 };
 
 // The task function for a head-dim pair: compile-time dims for the common sizes.
-template <class T, class KT, class VT>
-TaskFn sdpa_task_fn(std::int64_t dk, std::int64_t dv) {
+template <class T, class KT, class VT, bool kRoundWeights>
+TaskFn sdpa_task_fn_of_dims(std::int64_t dk, std::int64_t dv) {
   if (dk == dv) {
     switch (dk) {
       case 64:
-        return &SdpaKernel<T, KT, VT, 64, 64>::task;
+        return &SdpaKernel<T, KT, VT, 64, 64, kRoundWeights>::task;
       case 80:
-        return &SdpaKernel<T, KT, VT, 80, 80>::task;
+        return &SdpaKernel<T, KT, VT, 80, 80, kRoundWeights>::task;
       case 96:
-        return &SdpaKernel<T, KT, VT, 96, 96>::task;
+        return &SdpaKernel<T, KT, VT, 96, 96, kRoundWeights>::task;
       case 128:
-        return &SdpaKernel<T, KT, VT, 128, 128>::task;
+        return &SdpaKernel<T, KT, VT, 128, 128, kRoundWeights>::task;
       case 256:
-        return &SdpaKernel<T, KT, VT, 256, 256>::task;
+        return &SdpaKernel<T, KT, VT, 256, 256, kRoundWeights>::task;
       default:
         break;
     }
   }
-  return &SdpaKernel<T, KT, VT, 0, 0>::task;
+  return &SdpaKernel<T, KT, VT, 0, 0, kRoundWeights>::task;
+}
+
+// The task function for a call: DotPrecision::exact keeps P in f32 where the storage dot would
+// round it; only where an exact call comes here (q of K's type, kExactQueryDot) is that variant
+// compiled.
+template <class T, class KT, class VT>
+TaskFn sdpa_task_fn(std::int64_t dk, std::int64_t dv, [[maybe_unused]] DotPrecision precision) {
+  constexpr bool kRoundsWeights = StorageDot<VT>::kPanels || StorageDot<VT>::kWeights;
+  if constexpr (kRoundsWeights && kExactQueryDot<T, KT>) {
+    if (precision == DotPrecision::exact) return sdpa_task_fn_of_dims<T, KT, VT, false>(dk, dv);
+  }
+  return sdpa_task_fn_of_dims<T, KT, VT, true>(dk, dv);
 }

@@ -26,14 +26,15 @@ struct UnitWork {
     const std::int64_t g = plan.group;
     return r < rows ? &args.q(unit.batch, i0 + r / g, unit.kv_head + h, r % g, 0) : nullptr;
   }
-  // Row r of head h's query scaled to log2 units (and, under DotPrecision::storage where `round`,
-  // rounded to K's type) into row[0, depth); zeros past the rows.
-  void scaled_query(std::int64_t h, std::int64_t r, std::int64_t depth, float* row,
+  // Row r of head h's query times `factor` (scale_log2: log2 units) (and, under
+  // DotPrecision::storage where `round`, rounded to K's type) into row[0, depth); zeros past the
+  // rows.
+  void scaled_query(std::int64_t h, std::int64_t r, std::int64_t depth, float* row, float factor,
                     bool round = true) const {
     const T* q = query(h, r);
-    for (std::int64_t d = 0; d < depth; ++d)
-      row[d] = q != nullptr ? to_float(q[d]) * scale_log2 : 0.0f;
-    if (round && q != nullptr && args.dot_precision == DotPrecision::storage) {
+    for (std::int64_t d = 0; d < depth; ++d) row[d] = q != nullptr ? to_float(q[d]) * factor : 0.0f;
+    if (rounds_query_v<T, KT> && round && q != nullptr &&
+        args.dot_precision == DotPrecision::storage) {
       round_query_row<KT>(row, depth);
     }
   }
@@ -50,6 +51,20 @@ struct UnitWork {
     }
   }
 };
+
+// Whether the storage dot reads K's type and q is of that type: then it reads q unscaled, each
+// product exact in f32 as in the widening tiles, and the caller scales the scores after the dot
+// (kernels read such q so under DotPrecision::exact too).
+template <class T, class KT>
+inline constexpr bool kExactQueryDot = std::is_same_v<T, KT>&& StorageDot<KT>::kAvailable;
+
+// Rows [0, keys) of S^T (`cols` each, `stride` apart) times `factor`.
+inline void scale_scores(float* s, std::int64_t keys, std::int64_t cols, std::int64_t stride,
+                         float factor) {
+  for (std::int64_t n = 0; n < keys; ++n) {
+    for (std::int64_t c = 0; c < cols; ++c) s[n * stride + c] *= factor;
+  }
+}
 
 // Writes each row's visible keys [key_lo, key_hi] (by index arithmetic: causal bottom-right,
 // windows, kv_lens) and returns their union as [begin, end); padded rows see no key.

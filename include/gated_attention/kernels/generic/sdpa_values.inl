@@ -5,12 +5,13 @@
 // Prefill packs each V block by vector column once and reuses it for every row block. Decode
 // reads V rows in place (with a compile-time dv that is whole vectors), each tile fetching what a
 // later phase reads. Blocks that some rows see only in part and whose V holds NaN or Inf take an
-// exact, slower accumulation that skips zero weights.
+// exact, slower accumulation that skips zero weights. kRoundWeights: where the storage dot reads
+// V (StorageDot<VT>), P is rounded for it (DotPrecision::storage); false keeps P in f32.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-template <class VT, int kDv>
+template <class VT, int kDv, bool kRoundWeights = true>
 struct ValueTiles {
   using S = Simd;
   using V = S::V;
@@ -83,7 +84,7 @@ struct ValueTiles {
   using Dot = StorageDot<VT>;
   // Storage dot panels (StorageDot<VT>::kPanels): the block packed by pairs of keys, and P^T
   // turned into pairs of weights in place (Dot::pair_weights), each tile step taking two keys.
-  static constexpr bool kPairPanels = Dot::kPanels;
+  static constexpr bool kPairPanels = kRoundWeights && Dot::kPanels;
   static constexpr std::int64_t kPackedColumn =
       (kPairPanels ? kKvBlock / 2 : kKvBlock) * L + kPackedColumnPadding;
   // V block packed by vector column: (key n, dims j*L..j*L+L) at packed[j * kPackedColumn + n * L],
@@ -222,7 +223,7 @@ struct ValueTiles {
 
   // ---- Weights rounded for the storage dot (decode, StorageDot<VT>::kWeights) ----
 
-  static constexpr bool kStorage = Dot::kWeights;
+  static constexpr bool kStorage = kRoundWeights && Dot::kWeights;
 
   // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P (times the int8 V
   // rows' scales) rounded as the storage dot reads it (into `staging`); ahead: rows fetched in
