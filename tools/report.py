@@ -77,6 +77,8 @@ DTYPE = re.compile(r"^(dtype_speedup|decode_read_share)/([\w-]+)/(\w+)/threads:(
 QUICK_DTYPES = ("f32-kvbf16", "f32-kvi8", "f32-kvbf16-storage", "f32-kvi8-storage", "bf16",
                 "bf16-storage")
 QUICK_DTYPE_PREFILL = "qwen3next_prefill_4k"
+# Ungated calls with every tensor in bf16 or f16: the element-type table's time beside the peers'.
+TYPED = re.compile(r"^sdpa/none/(bf16|f16)/(\w+)/threads:(\d+)$")
 
 
 # ----------------------------------------------------------------------------------- selection
@@ -147,6 +149,12 @@ def classify(names):
             cases[n] = Case(n, "dtype", m.group(3), m.group(2), int(m.group(4)), shape,
                             2.0 * estimate_seconds(shape, int(m.group(4)), False), m.group(1))
             continue
+        m = TYPED.match(n)
+        if m and m.group(2) in by_name:
+            shape = by_name[m.group(2)]
+            cases[n] = Case(n, "typed", m.group(2), m.group(1), int(m.group(3)), shape,
+                            estimate_seconds(shape, int(m.group(3)), False))
+            continue
         m = PEAK_FMA.match(n) or PEAK_BW.match(n)
         if m:
             cases[n] = Case(n, "peak", n, None, int(m.groups()[-1]), None, 0.05)
@@ -192,6 +200,11 @@ def plan(cases, full):
     sweep_threads = 2
     chosen, pairs = [], []
     for c in cases.values():
+        if c.group == "typed":
+            if full or (c.gate in QUICK_DTYPES
+                        and (c.shape.decode or c.case == QUICK_DTYPE_PREFILL)):
+                chosen.append(c)
+            continue
         if c.group == "dtype":
             if full or (c.gate in QUICK_DTYPES
                         and (c.shape.decode or (c.case == QUICK_DTYPE_PREFILL
@@ -376,7 +389,7 @@ def build_rows(data, peers):
     order = []
     for name, entry in values.items():
         c = cases.get(name)
-        if c is None or c.group in ("peak", "dtype"):
+        if c is None or c.group in ("peak", "dtype", "typed"):
             continue
         if c.group == "pair":
             if entry.get("ratio") is not None:
