@@ -464,7 +464,7 @@ def build_rows(data, peers):
 def dtype_rows(data, peers):
     """The element-type table: per (case, threads, dtype), the paired speedup against f32 and the
     decode read share, with the path that ran; our ungated time and the peers' in the same type
-    where tools/peers.py measured them."""
+    where tools/peers.py measured them. Also the speedups as (case, threads, dtype, value)."""
     values = medians(data["benchmarks"])
     table, order = {}, []
     for name, entry in values.items():
@@ -485,9 +485,11 @@ def dtype_rows(data, peers):
         header.append("ungated ms")
     for e in engines:
         header += [f"{e} ms", f"x vs {e}"]
-    rows = []
+    rows, speedups = [], []
     for key in order:
         speed = table[key].get("dtype_speedup", {})
+        if speed.get("speedup"):
+            speedups.append(key + (speed["speedup"],))
         share = table[key].get("decode_read_share", {})
         row = [key[0], str(key[1]), key[2],
                f"{speed['speedup']:.2f}" if speed.get("speedup") else "-",
@@ -500,7 +502,7 @@ def dtype_rows(data, peers):
             theirs = typed.get(key, {}).get(e)
             row += [fmt_ms(theirs), f"{theirs / ours:.2f}" if theirs and ours else "-"]
         rows.append(("dtype", row))
-    return header, rows
+    return header, rows, speedups
 
 
 def fmt_ms(x):
@@ -620,7 +622,7 @@ def overhead_percent(s, gate):
     return None, ""
 
 
-def plot(series, path, title):
+def plot(series, path, title, speedups=()):
     try:
         import matplotlib
 
@@ -635,7 +637,9 @@ def plot(series, path, title):
     names = {"none": "ungated", "headwise": "headwise gate", "elementwise": "elementwise gate"}
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    fig = plt.figure(figsize=(13, 13 if speedups else 8.5))
+    grid = fig.add_gridspec(3 if speedups else 2, 2)
+    axes = [[fig.add_subplot(grid[r, c]) for c in range(2)] for r in range(2)]
 
     def plain_log_labels(ax):  # 1, 2, 5, 10, 20, ... rather than 10^n
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -720,11 +724,38 @@ def plot(series, path, title):
         axes[0][1].legend(fontsize=7)
     sweep(axes[1][0], "sweep/prefill", "Prefill sweep (Hq 16, Hkv 2, D 256)", "q_len = kv_len")
     sweep(axes[1][1], "sweep/decode", "Decode sweep (Hq 16, Hkv 2, D 256)", "kv_len (q_len 1)")
+    if speedups:
+        dtype_speedups(fig.add_subplot(grid[2, :]), speedups)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return None
+
+
+def dtype_speedups(ax, speedups):
+    """Bars of the paired dtype_speedup counters, per shape and element type, 1 and 2 threads."""
+    cases = list(dict.fromkeys(k[0] for k in speedups))
+    dtypes = list(dict.fromkeys(k[2] for k in speedups))
+    threads = sorted({k[1] for k in speedups})
+    slots = len(dtypes) * len(threads)
+    width = 0.8 / slots
+    cmap = __import__("matplotlib").colormaps["tab10"]
+    for d_index, dtype in enumerate(dtypes):
+        for t_index, t in enumerate(threads):
+            slot = d_index * len(threads) + t_index
+            pts = [(cases.index(c), v) for c, th, d, v in speedups if d == dtype and th == t]
+            if not pts:
+                continue
+            ax.bar([x + (slot - (slots - 1) / 2) * width for x, _ in pts], [v for _, v in pts],
+                   width, color=cmap(d_index), alpha=1.0 if t_index == len(threads) - 1 else 0.5,
+                   label=f"{dtype}, {t} thr")
+    ax.axhline(1.0, color="#999999", linewidth=0.8)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, fontsize=8)
+    ax.set_ylabel("f32 time / typed time, paired")
+    ax.set_title("Element types: dtype_speedup (ungated; lighter bars 1 thread)", fontsize=10)
+    ax.legend(fontsize=7, ncol=4)
 
 
 # --------------------------------------------------------------------------------------- main
@@ -886,8 +917,10 @@ def main():
     intro = describe(data, peers[2] if peers else None)
     title = ", ".join(x for x in (data["report"].get("cpu_model"), data["report"].get("date"),
                                   data["report"].get("commit")) if x)
+    dtype_header, dtype_table, speedups = dtype_rows(data, peers)
     plot_message = plot(series, png_path,
-                        "gated vs ungated attention, f32" + (f": {title}" if title else ""))
+                        "gated vs ungated attention, f32" + (f": {title}" if title else ""),
+                        speedups)
 
     table = text_table(header, rows)
     text = "\n".join(intro) + "\n\n" + table + "\n"
@@ -921,7 +954,6 @@ def main():
         "",
         f"![gated vs ungated attention]({os.path.basename(README_PNG)})",
     ]
-    dtype_header, dtype_table = dtype_rows(data, peers)
     if dtype_table:
         md_lines += [
             "",
