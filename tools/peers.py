@@ -166,6 +166,7 @@ def openvino_engine():
 
 
 ENGINES = {"torch": None, "openvino": None}
+ENGINE_DTYPES = {"torch": ("f32", "bf16", "f16"), "openvino": ("f32",)}
 
 
 def main():
@@ -216,6 +217,8 @@ def main():
         for shape in named:
             for threads in threads_list:
                 for dtype, gate in runs:
+                    if dtype not in ENGINE_DTYPES[name]:
+                        continue
                     entry = {"engine": name, "case": shape.name, "threads": threads, "gate": gate,
                              "dtype": dtype}
                     try:

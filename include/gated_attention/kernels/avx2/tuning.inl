@@ -13,10 +13,10 @@ struct Tuning {
   // Keys per decode block: V rows of a power-of-two stride map to few L1 sets, and more of them
   // per column chunk overflow an 8-way L1 ("AVX2 decode block: 8 keys").
   static constexpr std::int64_t kDecodeBlock = 8;
-  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows only ("AVX2
-  // decode fetch distance: 0").
   // Decode units of 8 rows with K/V of another type than f32: every K and V vector widened once
   // for all rows, not once per group of 4 ("K/V types: one tile for every row").
   static constexpr bool kWidenOncePerUnit = true;
+  // Blocks further ahead that each decode phase fetches: 0, the next phase's rows only ("AVX2
+  // decode fetch distance: 0").
   static constexpr std::int64_t kDecodeFetchBlocks = 0;
 };

@@ -13,9 +13,9 @@ struct Tuning {
   // Keys per decode block: its P.V tiles load and store their accumulators once per block
   // ("AVX-512 decode block: 16 keys").
   static constexpr std::int64_t kDecodeBlock = 16;
-  // Blocks further ahead that each decode phase fetches ("AVX-512 decode fetch distance").
   // Decode units of 8 rows with K/V of another type than f32: every K and V vector widened once
   // for all rows, not once per group of 4 ("K/V types: one tile for every row").
   static constexpr bool kWidenOncePerUnit = false;
+  // Blocks further ahead that each decode phase fetches ("AVX-512 decode fetch distance").
   static constexpr std::int64_t kDecodeFetchBlocks = 1;
 };

@@ -56,7 +56,7 @@ struct UnitWork {
 // product exact in f32 as in the widening tiles, and the caller scales the scores after the dot
 // (kernels read such q so under DotPrecision::exact too).
 template <class T, class KT>
-inline constexpr bool kExactQueryDot = std::is_same_v<T, KT>&& StorageDot<KT>::kAvailable;
+inline constexpr bool kExactQueryDot = (std::is_same_v<T, KT> && StorageDot<KT>::kAvailable);
 
 // Rows [0, keys) of S^T (`cols` each, `stride` apart) times `factor`.
 inline void scale_scores(float* s, std::int64_t keys, std::int64_t cols, std::int64_t stride,
