@@ -82,6 +82,28 @@ std::int64_t cache_mismatches(const std::vector<float>& a, const std::vector<flo
   return bad;
 }
 
+// One call of a test: `len` new tokens for each of the sequences [first_seq, first_seq + batch).
+struct Step {
+  std::int64_t first_seq, batch, len;
+
+  // Each token's position, after its sequence's cached tokens.
+  Positions positions(const std::vector<std::int64_t>& lengths) const {
+    Positions pos;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t start = lengths[static_cast<std::size_t>(first_seq + b)];
+      for (std::int64_t t = 0; t < len; ++t) pos.push_back(start + t);
+    }
+    return pos;
+  }
+  // The step's sequences of `cache` as one cache view.
+  template <class T>
+  ga::KvCacheView<T> sequences(Cache<T>& cache) const {
+    ga::KvCacheView<T> v = cache.slot(first_seq);
+    v.k.extents[0] = v.v.extents[0] = batch;
+    return v;
+  }
+};
+
 // The same steps through the block and the reference, each with its own cache; checks y after
 // every step and the caches at the end.
 struct Steps {
@@ -97,31 +119,19 @@ struct Steps {
     const std::int64_t hid = model.c.hidden_size;
     // Prefill 37 tokens into sequence 0 and 17 into sequence 1 (one call each), a chunk of 5 into
     // both, then 3 batched decode steps of every sequence.
-    struct Step {
-      std::int64_t first_seq, batch, len;
-    };
     const Step steps[] = {{0, 1, 37},   {1, 1, 17},   {0, 2, 5},
                           {0, seqs, 1}, {0, seqs, 1}, {0, seqs, 1}};
     for (const Step& step : steps) {
       INFO("step: sequences " << step.first_seq << "+" << step.batch << ", " << step.len
                               << " tokens");
       const std::vector<float> x = random_vector<float>(rng, step.batch * step.len * hid);
-      Positions pos;
-      for (std::int64_t b = 0; b < step.batch; ++b) {
-        const std::int64_t start = ours.lengths[static_cast<std::size_t>(step.first_seq + b)];
-        for (std::int64_t t = 0; t < step.len; ++t) pos.push_back(start + t);
-      }
-      auto sub = [&](Cache<float>& cache) {
-        ga::KvCacheView<float> v = cache.slot(step.first_seq);
-        v.k.extents[0] = v.v.extents[0] = step.batch;
-        return v;
-      };
+      const Positions pos = step.positions(ours.lengths);
       std::vector<float> y;
-      const ga::Status s = runner.forward(x, step.batch, step.len, pos, sub(ours), y);
+      const ga::Status s = runner.forward(x, step.batch, step.len, pos, step.sequences(ours), y);
       INFO(s.message());
       REQUIRE(s.is_ok());
       const std::vector<float> expected =
-          reference_forward(model, x, step.batch, step.len, pos, sub(theirs));
+          reference_forward(model, x, step.batch, step.len, pos, step.sequences(theirs));
       CHECK(max_tolerance_ratio(y, expected, kAtol, kRtol) <= 1.0);
       CHECK(ours.lengths == theirs.lengths);
     }
@@ -405,23 +415,11 @@ void check_activations(double u, std::uint64_t salt) {
     ga::set_isa_limit(isa);
     for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
       Cache<T> ours(c, seqs, 48), theirs(c, seqs, 48);
-      struct Step {
-        std::int64_t first_seq, batch, len;
-      };
       for (const Step step : {Step{0, 1, 37}, {1, 1, 17}, {0, seqs, 1}, {0, seqs, 1}}) {
         INFO("path " << ga::to_string(isa) << ", workers " << executor.num_workers << ", sequences "
                      << step.first_seq << "+" << step.batch << ", " << step.len << " tokens");
         const std::vector<T> x = random_vector<T>(rng, step.batch * step.len * hid);
-        Positions pos;
-        for (std::int64_t b = 0; b < step.batch; ++b) {
-          const std::int64_t start = ours.lengths[static_cast<std::size_t>(step.first_seq + b)];
-          for (std::int64_t t = 0; t < step.len; ++t) pos.push_back(start + t);
-        }
-        auto sub = [&](Cache<T>& cache) {
-          ga::KvCacheView<T> v = cache.slot(step.first_seq);
-          v.k.extents[0] = v.v.extents[0] = step.batch;
-          return v;
-        };
+        const Positions pos = step.positions(ours.lengths);
         const auto x_view =
             ga::TensorView<const T, 3>::contiguous(x.data(), {step.batch, step.len, hid});
         const auto pos_view =
@@ -430,7 +428,7 @@ void check_activations(double u, std::uint64_t salt) {
         ga::BlockForwardArgs<T, T> args;
         args.x = x_view;
         args.positions = pos_view;
-        args.cache = sub(ours);
+        args.cache = step.sequences(ours);
         args.y = ga::TensorView<T, 3>::contiguous(y.data(), {step.batch, step.len, hid});
         std::vector<std::byte> ws(block.workspace_size(args, executor));
         const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()), executor);
@@ -441,7 +439,7 @@ void check_activations(double u, std::uint64_t salt) {
         REQUIRE(ga::reference::block_forward(c, widened.weights(),
                                              ga::TensorView<const float, 3>::contiguous(
                                                  x_widened.data(), {step.batch, step.len, hid}),
-                                             pos_view, sub(theirs),
+                                             pos_view, step.sequences(theirs),
                                              ga::TensorView<float, 3>::contiguous(
                                                  expected.data(), {step.batch, step.len, hid}))
                     .is_ok());

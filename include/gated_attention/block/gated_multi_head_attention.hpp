@@ -382,13 +382,17 @@ class GatedMultiHeadAttention {
     }
   }
 
-  // One head row widened to f32 into `row`, then (when `norm_weight`) normed and rotated: the
-  // norm and RoPE run in f32 whatever T, and each row is rounded once, to T (q) or the cache (k).
-  void widen_row(const T* in, float* row, const float* norm_weight,
-                 const RopeAngles& angles) const {
+  // One head row widened to f32.
+  void widen_row(const T* in, float* row) const {
+    for (std::int64_t i = 0; i < config_.head_dim; ++i) row[i] = to_float(in[i]);
+  }
+
+  // A q or k head row widened to f32, normed and rotated: the norm and RoPE run in f32 whatever
+  // T, and each row is rounded once, to T (q) or the cache (k).
+  void prepare_row(const T* in, float* row, const float* norm_weight,
+                   const RopeAngles& angles) const {
     const BlockConfig& c = config_;
-    for (std::int64_t i = 0; i < c.head_dim; ++i) row[i] = to_float(in[i]);
-    if (norm_weight == nullptr) return;
+    widen_row(in, row);
     if (c.qk_norm != QkNorm::none) {
       const auto weighting = c.qk_norm == QkNorm::zero_centered_rms ? RmsNormWeight::zero_centered
                                                                     : RmsNormWeight::standard;
@@ -409,15 +413,15 @@ class GatedMultiHeadAttention {
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       for (std::int64_t j = 0; j < c.group_size(); ++j) {
         T* q_row = &q(b, t, h, j, 0);
-        widen_row(q_row, row, norms.q, angles);
+        prepare_row(q_row, row, norms.q, angles);
         for (std::int64_t i = 0; i < d; ++i) q_row[i] = T(row[i]);
       }
     }
     const std::int64_t slot = args.cache.lengths[b] + t;
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
-      widen_row(buf.k_proj_out + token * c.kv_width() + h * d, row, norms.k, angles);
+      prepare_row(buf.k_proj_out + token * c.kv_width() + h * d, row, norms.k, angles);
       append_row(row, &args.cache.k(b, slot, h, 0), args.cache.maybe_k_scales, b, slot, h);
-      widen_row(buf.v_proj_out + token * c.kv_width() + h * d, row, nullptr, angles);
+      widen_row(buf.v_proj_out + token * c.kv_width() + h * d, row);
       append_row(row, &args.cache.v(b, slot, h, 0), args.cache.maybe_v_scales, b, slot, h);
     }
   }

@@ -9,7 +9,7 @@ struct PrefillBlocks {
   using Scores = ScoreTiles<KT, kDk>;
   using Values = ValueTiles<VT, kDv, kRoundWeights>;
   // q of K's type read unscaled by the storage dot panels, the scores scaled after.
-  static constexpr bool kScaleScores = kExactQueryDot<T, KT> && Scores::kPairPanels;
+  static constexpr bool kScaleScores = kExactQueryDot<T, KT>;
 
   // The unit's queries, scaled by scale * log2(e) (or not: kScaleScores), into the panels of
   // Scores::q_panel_element.
