@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -172,6 +173,8 @@ struct Case {
   double lse_rtol = 0.0;               // added to the log-sum-exp tolerance, times |ref|
   double tol_scale = 1.0;              // f in the tolerance
   std::int64_t expect_min_splits = 1;  // the plan must split the keys at least this much
+  std::int64_t page_size = 0;          // > 0: the kernels read K/V from shuffled pages
+  std::int64_t shared_prefix = 0;      // keys every entry shares with entry 0 (whole pages shared)
 
   static Case make(std::string n, std::int64_t b, std::int64_t ql, std::int64_t kl,
                    std::int64_t hq_, std::int64_t hkv_, std::int64_t dk_, std::int64_t dv_) {
@@ -243,6 +246,13 @@ struct Case {
     precision = p;
     return *this;
   }
+  // K/V copied into shuffled pages of `size` keys; entries share their first `shared` keys'
+  // pages with entry 0 (those keys made equal to entry 0's).
+  Case& with_pages(std::int64_t size, std::int64_t shared = 0) {
+    page_size = size;
+    shared_prefix = shared;
+    return *this;
+  }
   Case& with_stats(std::int64_t sink_keys) {
     stats = true;
     n_sink = sink_keys;
@@ -282,8 +292,9 @@ inline std::string describe(const Case& c) {
      << " poison_invisible " << c.poison_invisible_keys << " poisoned keys "
      << c.poisoned_keys.size() << " (" << c.poison_value << ") k " << to_string(c.k_type) << " v "
      << to_string(c.v_type) << " activations " << to_string(c.activation_type)
-     << (c.precision == DotPrecision::storage ? " storage" : " exact") << " salt " << salt_of(c)
-     << " (test seed " << test_seed() << ")";
+     << (c.precision == DotPrecision::storage ? " storage" : " exact") << " pages " << c.page_size
+     << " shared " << c.shared_prefix << " salt " << salt_of(c) << " (test seed " << test_seed()
+     << ")";
   return os.str();
 }
 
@@ -454,6 +465,103 @@ inline std::array<TensorView<float, 4>*, kNumStats> stat_views(AttentionStats& s
   return {&st.sink_share, &st.gate_mean, &st.gate_below_0_1, &st.max_abs_before, &st.max_abs_after};
 }
 
+// K/V (and row scales) copied into a pool of shuffled pages: pages [num_pages, page_size,
+// kv_heads, d] addressed through a page table [b, max_pages]. Entries share the pages of their
+// first shared_prefix keys (whole pages) with entry 0. Unused pool pages and table entries hold
+// garbage a kernel must not read (NaN, or int8 127 with a NaN scale, and page -1).
+struct Pages {
+  std::int64_t page_size = 0, max_pages = 0, num_pages = 0;
+  std::vector<std::int32_t> table;  // [b, max_pages]
+  std::vector<std::int64_t> lens;   // [b]
+  std::vector<std::byte> k_pool, v_pool;
+  std::vector<float> k_scales, v_scales;
+
+  // Assigns pages: entry b's first ceil(len_b / page_size), shuffled, plus two spare pages.
+  void plan(const Case& c, const std::vector<std::int64_t>& valid, std::uint64_t salt) {
+    page_size = c.page_size;
+    max_pages = (c.kv_len + page_size - 1) / page_size + 1;
+    table.assign(static_cast<std::size_t>(c.batch * max_pages), -1);
+    lens = valid;
+    const std::int64_t shared = c.shared_prefix / page_size;
+    std::vector<std::pair<std::int64_t, std::int64_t>> owners;  // (entry, page) of each new page
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      const std::int64_t used = (valid[static_cast<std::size_t>(b)] + page_size - 1) / page_size;
+      for (std::int64_t i = b > 0 ? std::min(shared, used) : 0; i < used; ++i) {
+        owners.emplace_back(b, i);
+      }
+    }
+    num_pages = static_cast<std::int64_t>(owners.size()) + 2;
+    std::vector<std::int32_t> order(static_cast<std::size_t>(num_pages));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+    auto rng = make_rng(salt ^ 0x9a9e5ull);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+      table[static_cast<std::size_t>(owners[i].first * max_pages + owners[i].second)] = order[i];
+    }
+    for (std::int64_t b = 1; b < c.batch; ++b) {
+      for (std::int64_t i = 0; i < shared && i * page_size < valid[static_cast<std::size_t>(b)];
+           ++i) {
+        table[static_cast<std::size_t>(b * max_pages + i)] = table[static_cast<std::size_t>(i)];
+      }
+    }
+  }
+
+  template <class E>
+  static E poison() {
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      return 127;
+    } else {
+      return E(kNaN);
+    }
+  }
+
+  // `from` [b, kv_len, heads, d] copied into a pool of E; the written view.
+  template <class E, int Rank>
+  TensorView<const E, Rank> copy(const TensorView<const E, Rank>& from, std::vector<std::byte>& to,
+                                 E garbage) const {
+    typename TensorView<E, Rank>::Index e = from.extents;
+    e[0] = num_pages;
+    e[1] = page_size;
+    std::int64_t count = 1;
+    for (std::int64_t x : e) count *= x;
+    to.assign(static_cast<std::size_t>(count) * sizeof(E), std::byte{0});
+    auto pool = TensorView<E, Rank>::contiguous(reinterpret_cast<E*>(to.data()), e);
+    for_each_index(e, [&](const auto& i) { pool[i] = garbage; });
+    const std::int64_t batch = from.extents[0];
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t i = 0; i < max_pages; ++i) {
+        const std::int32_t page = table[static_cast<std::size_t>(b * max_pages + i)];
+        if (page < 0) continue;
+        auto one_page = e;
+        one_page[0] = 1;
+        for_each_index(one_page, [&](const auto& at) {
+          const std::int64_t key = i * page_size + at[1];
+          if (key >= from.extents[1]) return;
+          auto src = at, dst = at;
+          src[0] = b;
+          src[1] = key;
+          dst[0] = page;
+          pool[dst] = from[src];
+        });
+      }
+    }
+    return pool;
+  }
+  template <class E>
+  TensorView<const E, 4> kv(const TensorView<const E, 4>& from, std::vector<std::byte>& to) const {
+    return copy<E, 4>(from, to, poison<E>());
+  }
+  TensorView<const float, 3> scales(const TensorView<const float, 3>& from,
+                                    std::vector<float>& to) const {
+    if (from.data == nullptr) return {};
+    std::vector<std::byte> bytes;
+    const TensorView<const float, 3> pool = copy<float, 3>(from, bytes, kNaN);
+    to.resize(bytes.size() / sizeof(float));
+    std::memcpy(to.data(), bytes.data(), bytes.size());
+    return TensorView<const float, 3>(to.data(), pool.extents, pool.strides);
+  }
+};
+
 // One problem: inputs, the kernel's outputs and the reference's.
 struct Problem {
   Case c;
@@ -469,6 +577,7 @@ struct Problem {
   std::vector<std::int64_t> kv_lens;
   std::vector<bool> out_addressed, lse_addressed;
   std::array<std::vector<bool>, kNumStats> stats_addressed;
+  Pages pages;  // c.page_size > 0: K/V copied into pages
   Tensor<float, 4> ref_out;
   Tensor<float, 4> ref_lse;
   std::array<Tensor<float, 4>, kNumStats> ref_stats;
@@ -557,6 +666,7 @@ struct Problem {
         }
       }
     }
+    share_prefix();
     make_gate(rng);  // last: the same case without a gate draws the same values
     round_to(c.activation_type, q.storage);  // the values a bf16 or f16 q and gate hold
     round_to(c.activation_type, gate.storage);
@@ -578,6 +688,18 @@ struct Problem {
         stats[s] = Owned<4>({c.batch, c.q_len, c.hkv, g}, {c.q_len * (c.hq + 1), c.hq + 1, g, 1},
                             c.misalign, kOutSentinel);
         stats_addressed[s] = stats[s].addressed();
+      }
+    }
+  }
+
+  // Every entry's first c.shared_prefix keys made equal to entry 0's.
+  void share_prefix() {
+    for (std::int64_t b = 1; b < c.batch; ++b) {
+      for (std::int64_t j = 0; j < std::min(c.shared_prefix, c.kv_len); ++j) {
+        for (std::int64_t h = 0; h < c.hkv; ++h) {
+          for (std::int64_t d = 0; d < c.dk; ++d) k.view(b, j, h, d) = k.view(0, j, h, d);
+          for (std::int64_t d = 0; d < c.dv; ++d) v.view(b, j, h, d) = v.view(0, j, h, d);
+        }
       }
     }
   }
@@ -767,6 +889,21 @@ struct Problem {
       return with_activations(f, q_stored.view<const T>(f.q, q.storage),
                               out_stored.view<T>(f.out, out.storage), gate_values);
     }
+  }
+
+  // `a` reading K/V from shuffled pages (pages.plan() and copies on the first call).
+  template <class T, class KT, class VT>
+  SdpaArgs<T, KT, VT> paged(const SdpaArgs<T, KT, VT>& a) {
+    std::vector<std::int64_t> valid(static_cast<std::size_t>(c.batch));
+    for (std::int64_t b = 0; b < c.batch; ++b) valid[static_cast<std::size_t>(b)] = valid_keys(b);
+    pages.plan(c, valid, salt);
+    SdpaArgs<T, KT, VT> p = with_kv(a, pages.kv(a.k, pages.k_pool), pages.kv(a.v, pages.v_pool),
+                                    pages.scales(a.maybe_k_scales, pages.k_scales),
+                                    pages.scales(a.maybe_v_scales, pages.v_scales));
+    p.maybe_kv_lens = pages.lens.data();
+    p.maybe_page_table = TensorView<const std::int32_t, 2>::contiguous(pages.table.data(),
+                                                                       {c.batch, pages.max_pages});
+    return p;
   }
 
   // The outputs a kernel wrote in T copied into the float buffer that compare() reads (the
@@ -1123,7 +1260,8 @@ PathCheck check_every_path_as(const Case& c) {
     return result;
   };
   Problem p(c);
-  const SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
+  SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
+  if (c.page_size > 0) args = p.paged(args);
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
   }

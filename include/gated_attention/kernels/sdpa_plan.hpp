@@ -24,6 +24,11 @@ inline constexpr std::int64_t kPackedColumnPadding = 16;
 inline constexpr std::int64_t kMinKeysPerSplit = 256;
 // Units of at most this many rows (positions x group) take the decode regime.
 inline constexpr std::int64_t kDecodeMaxRows = 8;
+// Paged K/V: pages of at least this many keys are read in place, each block ending where its page
+// does; smaller pages are gathered block by block into the worker's scratch (docs/design.md,
+// "Paged K/V").
+inline constexpr std::int64_t kPrefillMinPageInPlace = kKvBlock;
+inline constexpr std::int64_t kDecodeMinPageInPlace = 16;
 
 // How a unit's rows meet the keys; decided once per call by the plan.
 enum class SdpaRegime : std::uint8_t {
@@ -58,6 +63,8 @@ struct SdpaPlan {
   std::int64_t units = 0;
   std::int64_t splits = 1;
   std::int64_t tasks = 0;
+  std::int64_t page_size = 0;  // paged K/V: keys per page; 0: contiguous
+  bool gathers = false;        // paged K/V gathered per block (pages below the regime's minimum)
   int num_workers = 1;
 
   int num_phases() const { return splits > 1 ? 2 : 1; }
@@ -83,6 +90,10 @@ inline SdpaPlan make_sdpa_plan(const SdpaShape& shape, int num_workers) {
   p.num_q_blocks = p.q_len > 0 ? (p.q_len + p.q_block - 1) / p.q_block : 0;
   p.regime = p.rows <= kDecodeMaxRows ? SdpaRegime::decode : SdpaRegime::prefill;
   p.unit_heads = p.regime == SdpaRegime::decode ? p.kv_heads : 1;
+  p.page_size = shape.page_size;
+  const std::int64_t in_place_pages =
+      p.regime == SdpaRegime::decode ? kDecodeMinPageInPlace : kPrefillMinPageInPlace;
+  p.gathers = p.page_size > 0 && p.page_size < in_place_pages;
   p.units = p.batch * (p.kv_heads / p.unit_heads) * p.num_q_blocks;
   // Split the keys when there are too few units to keep every worker busy.
   if (p.num_workers > 1 && p.units > 0 && p.units < 2 * p.num_workers) {
@@ -101,18 +112,22 @@ SdpaPlan make_sdpa_plan(const SdpaArgs<T, KT, VT>& args, int num_workers) {
 // Scratch of one worker, and the partial results of split units.
 struct SdpaWorkerScratch {
   // Per unit head h, at offset h * (size of one head's array):
-  float* q_t = nullptr;            // [dk_padded, row_stride] scaled queries, transposed
-  float* scores = nullptr;         // [heads * kKvBlock, row_stride] S^T, then P^T: one block,
-                                   // or (decode) each head's block of Tuning::kDecodeBlock keys
-                                   // in turn, rows packed 4 or 8 to a key
-  float* out = nullptr;            // [row_stride, dv_padded] unnormalised output (per head)
-  float* kv_block = nullptr;       // one V block packed by column, [dv_padded / lanes, kKvBlock,
-                                   // lanes] with columns kPackedColumnPadding floats apart; or
-                                   // (prefill) one K block of another type widened, [kKvBlock, dk]
-  float* max = nullptr;            // [row_stride] running max, log2 units (per head)
-  float* sum = nullptr;            // [row_stride] running sum of exp2(s - max) (per head)
-  float* alpha = nullptr;          // [row_stride] rescale factors of the current block (per head)
-  float* sink = nullptr;           // [row_stride] probability mass on the sink keys (per head)
+  float* q_t = nullptr;           // [dk_padded, row_stride] scaled queries, transposed
+  float* scores = nullptr;        // [heads * kKvBlock, row_stride] S^T, then P^T: one block,
+                                  // or (decode) each head's block of Tuning::kDecodeBlock keys
+                                  // in turn, rows packed 4 or 8 to a key
+  float* out = nullptr;           // [row_stride, dv_padded] unnormalised output (per head)
+  float* kv_block = nullptr;      // one V block packed by column, [dv_padded / lanes, kKvBlock,
+                                  // lanes] with columns kPackedColumnPadding floats apart; or
+                                  // (prefill) one K block of another type widened, [kKvBlock, dk]
+  float* max = nullptr;           // [row_stride] running max, log2 units (per head)
+  float* sum = nullptr;           // [row_stride] running sum of exp2(s - max) (per head)
+  float* alpha = nullptr;         // [row_stride] rescale factors of the current block (per head)
+  float* sink = nullptr;          // [row_stride] probability mass on the sink keys (per head)
+  void* k_rows = nullptr;         // gathered pages: one block of K [kKvBlock, heads, dk] and of V
+  void* v_rows = nullptr;         //   [kKvBlock, heads, dv] (elements of 4 bytes at most)
+  float* k_row_scales = nullptr;  //   and their row scales [kKvBlock, heads]
+  float* v_row_scales = nullptr;
   std::int64_t* key_lo = nullptr;  // [row_stride] first visible key per row
   std::int64_t* key_hi = nullptr;  // [row_stride] last visible key per row (< key_lo: none)
   float* block_lo = nullptr;       // [row_stride] key_lo, then key_hi, relative to a masked
@@ -148,6 +163,13 @@ inline SdpaLayout carve_sdpa_layout(Workspace& ws, const SdpaPlan& p, int only_w
     s.sum = ws.allocate<float>(heads * rs);
     s.alpha = ws.allocate<float>(heads * rs);
     s.sink = ws.allocate<float>(heads * rs);
+    if (p.gathers) {
+      const auto block_rows = heads * static_cast<std::size_t>(kKvBlock);
+      s.k_rows = ws.allocate<float>(block_rows * static_cast<std::size_t>(p.dk));
+      s.v_rows = ws.allocate<float>(block_rows * static_cast<std::size_t>(p.dv));
+      s.k_row_scales = ws.allocate<float>(block_rows);
+      s.v_row_scales = ws.allocate<float>(block_rows);
+    }
     s.key_lo = ws.allocate<std::int64_t>(rs);
     s.key_hi = ws.allocate<std::int64_t>(rs);
     s.block_lo = ws.allocate<float>(rs);

@@ -6,6 +6,10 @@
 //                 and  (window_right < 0 or j <= p + window_right).
 // Logits are scale * dot(q, k_j); a learned sink logit (or 0, for softmax+1) joins the softmax
 // normaliser but has no value row. A row with no attended key outputs 0 (before the gate).
+//
+// K/V are either one cache per entry, k [b, kv_len, kv_heads, dk], or pages shared by every entry
+// (vLLM, FlashInfer and OpenVINO's paged attention), k [num_pages, page_size, kv_heads, dk], with a
+// page table: key n of entry b is then row n % page_size of page page_table(b, n / page_size).
 #pragma once
 
 #include <algorithm>
@@ -76,17 +80,26 @@ enum class DotPrecision : std::uint8_t {
   storage,
 };
 
+// Where a key lies in k, v and their row scales: the index along their dims 0 and 1.
+struct KeyAt {
+  std::int64_t index, row;  // (entry, key), or (page, row within the page)
+};
+
 template <class T, class KT = T, class VT = KT>
 struct SdpaArgs {
   TensorView<const T, 5> q;   // [b, q_len, kv_heads, group, dk]
-  TensorView<const KT, 4> k;  // [b, kv_len, kv_heads, dk]
-  TensorView<const VT, 4> v;  // [b, kv_len, kv_heads, dv]
+  TensorView<const KT, 4> k;  // [b, kv_len, kv_heads, dk], or paged [num_pages, page_size, ...]
+  TensorView<const VT, 4> v;  // [b, kv_len, kv_heads, dv], or paged as k
   // int8 K or V only: one scale per row, the row being scale * (its int8 values); finite, >= 0.
-  TensorView<const float, 3> maybe_k_scales;    // [b, kv_len, kv_heads]
-  TensorView<const float, 3> maybe_v_scales;    // [b, kv_len, kv_heads]
-  TensorView<T, 5> out;                         // [b, q_len, kv_heads, group, dv]
-  float scale = 0.0f;                           // logit scale; 0: 1 / sqrt(dk)
-  Mask mask;                                    // default: no mask
+  TensorView<const float, 3> maybe_k_scales;  // [b, kv_len, kv_heads], or paged as k
+  TensorView<const float, 3> maybe_v_scales;  // [b, kv_len, kv_heads], or paged as k
+  // Paged K/V: entry b's pages, in key order; entries may share pages (the kernels only read
+  // them). Requires maybe_kv_lens; only the entries of an entry's first ceil(len / page_size)
+  // columns are read.
+  TensorView<const std::int32_t, 2> maybe_page_table;  // [b, max_pages], values in [0, num_pages)
+  TensorView<T, 5> out;                                // [b, q_len, kv_heads, group, dv]
+  float scale = 0.0f;                                  // logit scale; 0: 1 / sqrt(dk)
+  Mask mask;                                           // default: no mask
   const std::int64_t* maybe_kv_lens = nullptr;  // [b] valid keys per entry, <= kv_len; null: kv_len
   const float* maybe_sink_logits = nullptr;     // [kv_heads * group] learned sink logit per head
   bool softmax_plus_one = false;                // a zero sink logit for every head
@@ -101,6 +114,19 @@ struct SdpaArgs {
   }
   // The factor the kernels scale q by: the logit scale in log2 units (scores are base-2 exponents).
   float scale_log2() const { return effective_scale() * 1.4426950408889634f; }
+
+  bool paged() const { return maybe_page_table.data != nullptr; }
+  std::int64_t page_size() const { return paged() ? k.extents[1] : 0; }
+  // Keys an entry may hold: kv_len, or the page table's columns times the page size.
+  std::int64_t kv_capacity() const {
+    return paged() ? maybe_page_table.extents[1] * k.extents[1] : k.extents[1];
+  }
+  // Key n of entry b (n below its length when paged).
+  KeyAt key_at(std::int64_t b, std::int64_t n) const {
+    if (!paged()) return {b, n};
+    const std::int64_t page_size = k.extents[1];
+    return {maybe_page_table(b, n / page_size), n % page_size};
+  }
 };
 
 namespace detail {
@@ -150,6 +176,7 @@ void copy_sdpa_options(const A& from, B& to) {
   to.scale = from.scale;
   to.mask = from.mask;
   to.maybe_kv_lens = from.maybe_kv_lens;
+  to.maybe_page_table = from.maybe_page_table;
   to.maybe_sink_logits = from.maybe_sink_logits;
   to.softmax_plus_one = from.softmax_plus_one;
   to.maybe_lse = from.maybe_lse;
@@ -200,22 +227,24 @@ SdpaArgs<T2, KT, VT> with_activations(const SdpaArgs<T, KT, VT>& args, TensorVie
 // engine (or the block) can size a workspace before its buffers exist.
 struct SdpaShape {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
+  std::int64_t page_size = 0;  // paged K/V: keys per page (kv_len: the table's capacity); 0: not
 
   template <class T, class KT, class VT>
   static SdpaShape of(const SdpaArgs<T, KT, VT>& args) {
     const auto& q = args.q.extents;
-    return {q[0], q[1], args.k.extents[1], q[2], q[3], q[4], args.v.extents[3]};
+    return {q[0], q[1], args.kv_capacity(), q[2], q[3], q[4], args.v.extents[3], args.page_size()};
   }
 };
 
 // Sizes that can_implement() could accept: none negative, kv_heads and group >= 1, head dims
 // 1..kMaxHeadDim.
 inline Status validate(const SdpaShape& s) {
-  if (s.batch < 0 || s.q_len < 0 || s.kv_len < 0) {
+  if (s.batch < 0 || s.q_len < 0 || s.kv_len < 0 || s.page_size < 0) {
     return Status::error(StatusCode::invalid_argument,
-                         "shape: expected batch, q_len, kv_len >= 0, got %lld, %lld, %lld",
+                         "shape: expected batch, q_len, kv_len, page_size >= 0, got %lld, %lld, "
+                         "%lld, %lld",
                          static_cast<long long>(s.batch), static_cast<long long>(s.q_len),
-                         static_cast<long long>(s.kv_len));
+                         static_cast<long long>(s.kv_len), static_cast<long long>(s.page_size));
   }
   if (s.kv_heads < 1 || s.group < 1) {
     return Status::error(StatusCode::invalid_argument,
@@ -257,33 +286,86 @@ Status check_row_scales(const char* name, const char* tensor, const TensorView<c
   return check_view(name, s, extents, kKvRowDims, InnerStride::any);
 }
 
-// The scales of the rows the call reads (those below each entry's kv_lens): finite and >= 0.
-inline Status check_row_scale_values(const char* name, const TensorView<const float, 3>& s,
-                                     const std::int64_t* maybe_kv_lens) {
-  if (s.data == nullptr) return Status::ok();
+// Rows [0, count) of index `index` of a row-scale view (an entry, or a page), finite and >= 0;
+// an error names entry b and its position first + n.
+inline Status check_scale_rows(const char* name, const TensorView<const float, 3>& s,
+                               std::int64_t index, std::int64_t count, std::int64_t b,
+                               std::int64_t first) {
   const auto good = [](float x) { return x >= 0.0f && x <= std::numeric_limits<float>::max(); };
-  for (std::int64_t b = 0; b < s.extents[0]; ++b) {
-    const std::int64_t valid = maybe_kv_lens ? maybe_kv_lens[b] : s.extents[1];
-    const std::int64_t heads = s.extents[2];
-    const float* first = &s.data[b * s.strides[0]];
-    if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
-      bool ok = true;
-      for (std::int64_t i = 0; i < valid * heads; ++i) ok &= good(first[i]);
-      if (ok) continue;
+  const std::int64_t heads = s.extents[2];
+  if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
+    const float* rows = &s.data[index * s.strides[0]];
+    bool ok = true;
+    for (std::int64_t i = 0; i < count * heads; ++i) ok &= good(rows[i]);
+    if (ok) return Status::ok();
+  }
+  for (std::int64_t n = 0; n < count; ++n) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float x = s(index, n, h);
+      if (good(x)) continue;
+      return Status::error(StatusCode::invalid_argument,
+                           "%s: batch %lld, position %lld, kv head %lld: expected a finite scale "
+                           ">= 0, got %g",
+                           name, static_cast<long long>(b), static_cast<long long>(first + n),
+                           static_cast<long long>(h), static_cast<double>(x));
     }
-    for (std::int64_t n = 0; n < valid; ++n) {
-      bool ok = true;
-      for (std::int64_t h = 0; h < heads; ++h) ok &= good(s(b, n, h));
-      if (ok) continue;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const float x = s(b, n, h);
-        if (good(x)) continue;
-        return Status::error(StatusCode::invalid_argument,
-                             "%s: batch %lld, position %lld, kv head %lld: expected a finite scale "
-                             ">= 0, got %g",
-                             name, static_cast<long long>(b), static_cast<long long>(n),
-                             static_cast<long long>(h), static_cast<double>(x));
-      }
+  }
+  return Status::ok();
+}
+
+// The scales of the rows the call reads (those below each entry's kv_lens): finite and >= 0.
+template <class T, class KT, class VT>
+Status check_row_scale_values(const char* name, const TensorView<const float, 3>& s,
+                              const SdpaArgs<T, KT, VT>& args) {
+  if (s.data == nullptr) return Status::ok();
+  const std::int64_t page = args.paged() ? args.page_size() : args.kv_capacity();
+  for (std::int64_t b = 0; b < args.q.extents[0]; ++b) {
+    const std::int64_t valid = args.maybe_kv_lens ? args.maybe_kv_lens[b] : args.kv_capacity();
+    for (std::int64_t n0 = 0; n0 < valid; n0 += page) {
+      const KeyAt at = args.key_at(b, n0);
+      GATED_ATTENTION_RETURN_IF_ERROR(
+          check_scale_rows(name, s, at.index, std::min(page, valid - n0), b, n0));
+    }
+  }
+  return Status::ok();
+}
+
+// A page table [b, max_pages] whose pages hold every entry's keys: kv_lens given, each entry's
+// length within the table's capacity and each page it reads in [0, num_pages).
+template <class T, class KT, class VT>
+Status check_page_table(const SdpaArgs<T, KT, VT>& args) {
+  const auto& table = args.maybe_page_table;
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("page_table", table, {args.q.extents[0], -1},
+                                             {"batch", "pages"}, InnerStride::any));
+  const std::int64_t num_pages = args.k.extents[0], page_size = args.k.extents[1];
+  if (table.extents[1] > std::numeric_limits<std::int64_t>::max() / page_size) {
+    return Status::error(StatusCode::invalid_argument,
+                         "page_table: dim 1 (pages): %lld pages of %lld keys overflow 64 bits",
+                         static_cast<long long>(table.extents[1]),
+                         static_cast<long long>(page_size));
+  }
+  if (args.maybe_kv_lens == nullptr) {
+    return Status::error(StatusCode::invalid_argument,
+                         "kv_lens: expected every entry's length with a page table, got none");
+  }
+  for (std::int64_t b = 0; b < table.extents[0]; ++b) {
+    const std::int64_t n = args.maybe_kv_lens[b];
+    if (n < 0 || n > args.kv_capacity()) {
+      return Status::error(StatusCode::invalid_argument,
+                           "kv_lens: entry %lld: expected 0..%lld (page_table's %lld pages of %lld "
+                           "keys), got %lld",
+                           static_cast<long long>(b), static_cast<long long>(args.kv_capacity()),
+                           static_cast<long long>(table.extents[1]),
+                           static_cast<long long>(page_size), static_cast<long long>(n));
+    }
+    for (std::int64_t i = 0; i * page_size < n; ++i) {
+      const std::int64_t page = table(b, i);
+      if (page >= 0 && page < num_pages) continue;
+      return Status::error(StatusCode::invalid_argument,
+                           "page_table: entry %lld, page %lld: expected 0..%lld (k's pages - 1), "
+                           "got %lld",
+                           static_cast<long long>(b), static_cast<long long>(i),
+                           static_cast<long long>(num_pages - 1), static_cast<long long>(page));
     }
   }
   return Status::ok();
@@ -319,18 +401,28 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
                          static_cast<long long>(kMaxHeadDim), static_cast<long long>(q[4]));
   }
   constexpr std::array<const char*, 4> kv_dims = {"batch", "kv length", "kv heads", "dim"};
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("k", args.k, {q[0], -1, q[2], q[4]}, kv_dims));
-  const std::int64_t kv_len = args.k.extents[1];
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("v", args.v, {q[0], kv_len, q[2], -1}, kv_dims));
+  constexpr std::array<const char*, 4> page_dims = {"pages", "page size", "kv heads", "dim"};
+  const bool paged = args.paged();
+  const auto& dims = paged ? page_dims : kv_dims;
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("k", args.k, {paged ? -1 : q[0], -1, q[2], q[4]}, dims));
+  const std::int64_t rows = args.k.extents[0], kv_len = args.k.extents[1];
+  if (paged && kv_len < 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "k: dim 1 (page size): expected >= 1 with a page table, got %lld",
+                         static_cast<long long>(kv_len));
+  }
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("v", args.v, {rows, kv_len, q[2], -1}, dims));
   const std::int64_t dv = args.v.extents[3];
   if (dv < 1 || dv > kMaxHeadDim) {
     return Status::error(StatusCode::invalid_argument, "v: dim 3 (dv): expected 1..%lld, got %lld",
                          static_cast<long long>(kMaxHeadDim), static_cast<long long>(dv));
   }
   GATED_ATTENTION_RETURN_IF_ERROR(
-      check_row_scales<KT>("k_scales", "K", args.maybe_k_scales, {q[0], kv_len, q[2]}));
+      check_row_scales<KT>("k_scales", "K", args.maybe_k_scales, {rows, kv_len, q[2]}));
   GATED_ATTENTION_RETURN_IF_ERROR(
-      check_row_scales<VT>("v_scales", "V", args.maybe_v_scales, {q[0], kv_len, q[2]}));
+      check_row_scales<VT>("v_scales", "V", args.maybe_v_scales, {rows, kv_len, q[2]}));
+  if (paged) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table(args));
   const std::array<std::int64_t, 5> out_extents = {q[0], q[1], q[2], q[3], dv};
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, out_extents, kQueryHeadDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, out_extents));
@@ -369,7 +461,7 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
                          "sinks: softmax_plus_one and maybe_sink_logits are exclusive");
   }
   const std::int64_t kv_len = args.k.extents[1];
-  for (std::int64_t b = 0; args.maybe_kv_lens != nullptr && b < args.q.extents[0]; ++b) {
+  for (std::int64_t b = 0; !args.paged() && args.maybe_kv_lens && b < args.q.extents[0]; ++b) {
     const std::int64_t n = args.maybe_kv_lens[b];
     if (n < 0 || n > kv_len) {
       return Status::error(StatusCode::invalid_argument,
@@ -378,9 +470,8 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
                            static_cast<long long>(n));
     }
   }
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      check_row_scale_values("k_scales", args.maybe_k_scales, args.maybe_kv_lens));
-  return check_row_scale_values("v_scales", args.maybe_v_scales, args.maybe_kv_lens);
+  GATED_ATTENTION_RETURN_IF_ERROR(check_row_scale_values("k_scales", args.maybe_k_scales, args));
+  return check_row_scale_values("v_scales", args.maybe_v_scales, args);
 }
 
 // Every written view (out, lse, statistics) addresses each element once and is disjoint from
@@ -395,6 +486,8 @@ Status validate_sdpa_written(const SdpaArgs<T, KT, VT>& args) {
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v", args.v));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "k_scales", args.maybe_k_scales));
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v_scales", args.maybe_v_scales));
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_no_overlap(name, view, "page_table", args.maybe_page_table));
     return check_no_overlap(name, view, "gate", args.gate.values);
   };
   GATED_ATTENTION_RETURN_IF_ERROR(check_written("out", args.out, kQueryHeadDims));

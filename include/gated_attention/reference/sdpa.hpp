@@ -2,6 +2,7 @@
 // and the weighted sum are computed in double, one query row at a time, in the most direct way.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,18 +22,22 @@ template <class T, class KT, class VT>
 struct SdpaRow {
   const SdpaArgs<T, KT, VT>& args;
   std::int64_t b, i, kv, j;
-  std::vector<double>& logits;  // [kv_len]
+  std::vector<double>& logits;  // [keys of the longest entry]
   std::vector<double>& acc;     // [dv]
   static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+  std::int64_t keys() const { return static_cast<std::int64_t>(logits.size()); }
+
   // K and V elements as the values they stand for: int8 rows times their scale.
   double key_element(std::int64_t key, std::int64_t d) const {
-    const double x = as_double(args.k(b, key, kv, d));
-    return args.maybe_k_scales.data ? x * args.maybe_k_scales(b, key, kv) : x;
+    const KeyAt at = args.key_at(b, key);
+    const double x = as_double(args.k(at.index, at.row, kv, d));
+    return args.maybe_k_scales.data ? x * args.maybe_k_scales(at.index, at.row, kv) : x;
   }
   double value_element(std::int64_t key, std::int64_t d) const {
-    const double x = as_double(args.v(b, key, kv, d));
-    return args.maybe_v_scales.data ? x * args.maybe_v_scales(b, key, kv) : x;
+    const KeyAt at = args.key_at(b, key);
+    const double x = as_double(args.v(at.index, at.row, kv, d));
+    return args.maybe_v_scales.data ? x * args.maybe_v_scales(at.index, at.row, kv) : x;
   }
 
   // Scaled logits of the attended keys (-inf elsewhere); returns their max.
@@ -52,7 +57,7 @@ struct SdpaRow {
     }
     const double scale = rounded ? std::log(2.0) : args.effective_scale();
     double max_logit = kNegInf;
-    for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
+    for (std::int64_t key = 0; key < keys(); ++key) {
       logits[key] = kNegInf;
       if (key >= valid || !args.mask.allows(pos, key)) continue;
       double dot = 0.0;
@@ -70,7 +75,7 @@ struct SdpaRow {
     const std::int64_t dv = args.v.extents[3];
     double denom = sink_term;
     std::fill(acc.begin(), acc.end(), 0.0);
-    for (std::int64_t key = 0; key < args.k.extents[1]; ++key) {
+    for (std::int64_t key = 0; key < keys(); ++key) {
       if (logits[key] == kNegInf) continue;
       const double p = std::exp(logits[key] - max_logit);
       denom += p;
@@ -109,7 +114,7 @@ struct SdpaRow {
     };
     if (st.sink_share.data != nullptr) {
       double sink_mass = 0.0;
-      for (std::int64_t key = 0; key < std::min(st.n_sink, args.k.extents[1]); ++key) {
+      for (std::int64_t key = 0; key < std::min(st.n_sink, keys()); ++key) {
         if (logits[key] != kNegInf) sink_mass += std::exp(logits[key] - max_logit);
       }
       put(st.sink_share, no_keys ? 0.0 : sink_mass / denom);
@@ -138,7 +143,11 @@ template <class T, class KT, class VT>
 Status sdpa(const SdpaArgs<T, KT, VT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
   const auto& qe = args.q.extents;
-  const std::int64_t kv_len = args.k.extents[1];
+  // Paged: up to the longest entry (the table's capacity may be far larger).
+  std::int64_t kv_len = args.paged() ? 0 : args.kv_capacity();
+  for (std::int64_t b = 0; args.paged() && b < qe[0]; ++b) {
+    kv_len = std::max(kv_len, args.maybe_kv_lens[b]);
+  }
   std::vector<double> logits(static_cast<std::size_t>(kv_len));
   std::vector<double> acc(static_cast<std::size_t>(args.v.extents[3]));
   for (std::int64_t b = 0; b < qe[0]; ++b) {

@@ -51,29 +51,25 @@ struct DecodeBlocks {
     }
   }
 
-  // The rows [n, n + kBlock) of every head of K or V (`base`: head 0's row 0; dims: a row's
-  // length), none past the task's keys, as one strided run of spans: one span per key where a
-  // key's heads lie within its stride (as in [b, s, h, d]), else one per head.
+  // The rows [n, n + kBlock) of every head of K or V (`t`; dims: a row's length), none past the
+  // task's keys or n's page, as one strided run of spans: one span per key where a key's heads lie
+  // within its stride (as in [b, s, h, d]), else one per head. None for gathered pages (the gather
+  // fetches them).
   template <class E>
-  static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const E* base,
-                                std::int64_t key_stride, std::int64_t head_stride, std::int64_t n,
-                                std::int64_t dims) {
+  static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const TensorView<const E, 4>& t,
+                                std::int64_t n, std::int64_t dims) {
     constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
-    if (n >= u.end) return RowPrefetch{};
-    const std::int64_t keys = std::min(kBlock, u.end - n);
+    if (n >= u.end || u.plan.gathers) return RowPrefetch{};
+    const std::int64_t keys = u.block_end(n, kBlock) - n;
+    const std::int64_t key_stride = t.strides[1], head_stride = t.strides[2];
+    const KeyAt at = u.args.key_at(u.unit.batch, n);
+    const E* first = &t(at.index, at.row, u.unit.kv_head, 0);
     const std::int64_t key_span = (u.heads - 1) * head_stride + dims;
     if (key_span <= key_stride) {
-      return RowPrefetch{base + n * key_stride, key_stride * kBytes, keys, key_span * kBytes};
+      return RowPrefetch{first, key_stride * kBytes, keys, key_span * kBytes};
     }
-    return RowPrefetch{base + n * key_stride, head_stride * kBytes, u.heads,
+    return RowPrefetch{first, head_stride * kBytes, u.heads,
                        ((keys - 1) * key_stride + dims) * kBytes};
-  }
-
-  // The row scales of keys n0.. of the unit's head h (none for a null view).
-  static RowScales row_scales(const TensorView<const float, 3>& scales,
-                              const UnitWork<T, KT, VT>& u, std::int64_t h, std::int64_t n0) {
-    if (scales.data == nullptr) return {};
-    return {&scales(u.unit.batch, n0, u.unit.kv_head + h), scales.strides[1]};
   }
 
   // Head h's share of `rows` of `heads`, in order: what its P.V phase fetches.
@@ -86,18 +82,17 @@ struct DecodeBlocks {
   }
 
   // Head h's softmax and P.V for keys [n0, n0 + nb); next_keys: its share of the K rows to fetch.
-  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, std::int64_t n0,
-                         std::int64_t nb, std::int64_t stride, bool all_visible,
+  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, const KvRows<VT>& rows,
+                         std::int64_t n0, std::int64_t nb, std::int64_t stride, bool all_visible,
                          const RowPrefetch& next_keys) {
-    const SdpaArgs<T, KT, VT>& a = u.args;
     const SdpaWorkerScratch& w = u.w;
-    const std::int64_t dvp = u.plan.dv_padded, v_stride = a.v.strides[1];
-    const VT* values = &a.v(u.unit.batch, n0, u.unit.kv_head + h, 0);
+    const std::int64_t dvp = u.plan.dv_padded, v_stride = rows.key_stride;
+    const VT* values = rows.head(h);
     float* out = w.out + h * u.out_size();
     float* scores = w.scores + h * kBlock * stride;  // one block per head
     update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
     if constexpr (std::is_same_v<VT, std::int8_t> && !Values::kStorage) {
-      u.scale_by_rows(a.maybe_v_scales, h, scores, n0, nb, stride, stride);
+      u.scale_by_rows(rows.head_scales(h), scores, nb, stride, stride);
     }
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
                                                          nb, head_dim<kDv>(u.dv), out, dvp)) {
@@ -106,9 +101,8 @@ struct DecodeBlocks {
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
     if constexpr (Values::kStorage) {
-      Values::accumulate_storage(scores, stride, u.rows, values, v_stride,
-                                 row_scales(a.maybe_v_scales, u, h, n0), nb, head_dim<kDv>(u.dv),
-                                 out, dvp, w.kv_block, next_keys);
+      Values::accumulate_storage(scores, stride, u.rows, values, v_stride, rows.head_scales(h), nb,
+                                 head_dim<kDv>(u.dv), out, dvp, w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
       widen_rows(values, v_stride, nb, kDv, w.kv_block);
@@ -128,35 +122,34 @@ struct DecodeBlocks {
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     std::int64_t stride, bool all_visible) {
     const SdpaArgs<T, KT, VT>& a = u.args;
-    const KT* k_base = &a.k(u.unit.batch, 0, u.unit.kv_head, 0);
-    const VT* v_base = &a.v(u.unit.batch, 0, u.unit.kv_head, 0);
-    const std::int64_t k_stride = a.k.strides[1], k_head_stride = a.k.strides[2];
+    const KvRows<KT> keys = u.key_rows(n0, nb);
+    const KvRows<VT> values = u.value_rows(n0, nb);
+    // Blocks of pages read in place may be shorter than kBlock: the fetches still run whole
+    // blocks of kBlock keys ahead.
     const std::int64_t values_from = n0 + Tuning::kDecodeFetchBlocks * kBlock;
     // K: at least the next block's (the scores have read this one's).
     const std::int64_t keys_from =
         n0 + std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
-    const RowPrefetch keys_ahead =
-        block_rows(u, k_base, k_stride, k_head_stride, keys_from, head_dim<kDk>(u.dk));
-    Scores::decode_scores(
-        u.heads, u.rows, k_base + n0 * k_stride, k_stride, k_head_stride, nb, u.w.q_t, u.q_size(),
-        u.dk_padded(), head_dim<kDk>(u.dk), u.w.scores, kBlock * stride, stride,
-        row_scales(a.maybe_k_scales, u, 0, n0), a.maybe_k_scales.strides[2],
-        block_rows(u, v_base, a.v.strides[1], a.v.strides[2], values_from, head_dim<kDv>(u.dv)));
+    const RowPrefetch keys_ahead = block_rows(u, a.k, keys_from, head_dim<kDk>(u.dk));
+    Scores::decode_scores(u.heads, u.rows, keys.first, keys.key_stride, keys.head_stride, nb,
+                          u.w.q_t, u.q_size(), u.dk_padded(), head_dim<kDk>(u.dk), u.w.scores,
+                          kBlock * stride, stride, keys.head_scales(0), keys.scale_head_stride,
+                          block_rows(u, a.v, values_from, head_dim<kDv>(u.dv)));
     for (std::int64_t h = 0; h < u.heads; ++h) {
       if constexpr (kScaleScores) {
         scale_scores(u.w.scores + h * kBlock * stride, nb, u.rows, stride, u.scale_log2);
       }
-      head_block(u, h, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
+      head_block(u, h, values, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
     }
   }
 
   static void run(const UnitWork<T, KT, VT>& u) {
     const std::int64_t stride = score_stride(u.rows);
     pack_queries(u, stride);
-    for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kBlock) {
-      const std::int64_t nb = std::min(kBlock, u.end - n0);
-      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
-      if (seen.any) block(u, n0, nb, stride, seen.all);
+    for (std::int64_t n0 = u.begin, n1 = 0; n0 < u.end; n0 = n1) {
+      n1 = u.block_end(n0, kBlock);
+      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n1 - 1);
+      if (seen.any) block(u, n0, n1 - n0, stride, seen.all);
     }
   }
 };

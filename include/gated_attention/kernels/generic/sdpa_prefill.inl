@@ -25,21 +25,22 @@ struct PrefillBlocks {
   // Keys [n0, n0 + nb) of the unit's one head.
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     bool all_visible) {
-    const SdpaArgs<T, KT, VT>& a = u.args;
     const SdpaWorkerScratch& w = u.w;
     const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
-    const KT* keys = &a.k(u.unit.batch, n0, u.unit.kv_head, 0);
-    const VT* values = &a.v(u.unit.batch, n0, u.unit.kv_head, 0);
-    const std::int64_t k_stride = a.k.strides[1], v_stride = a.v.strides[1];
+    const KvRows<KT> key_rows = u.key_rows(n0, nb);
+    const KvRows<VT> value_rows = u.value_rows(n0, nb);
+    const KT* keys = key_rows.first;
+    const VT* values = value_rows.first;
+    const std::int64_t k_stride = key_rows.key_stride, v_stride = value_rows.key_stride;
     Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
                            w.kv_block);
     if constexpr (kScaleScores) scale_scores(w.scores, nb, u.rows_v, rs, u.scale_log2);
     if constexpr (std::is_same_v<KT, std::int8_t>) {
-      u.scale_by_rows(a.maybe_k_scales, 0, w.scores, n0, nb, u.rows_v, rs);
+      u.scale_by_rows(key_rows.head_scales(0), w.scores, nb, u.rows_v, rs);
     }
     update_softmax(u, 0, w.scores, n0, nb, u.rows_v, rs, all_visible);
     if constexpr (std::is_same_v<VT, std::int8_t>) {
-      u.scale_by_rows(a.maybe_v_scales, 0, w.scores, n0, nb, u.rows_v, rs);
+      u.scale_by_rows(value_rows.head_scales(0), w.scores, nb, u.rows_v, rs);
     }
     if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, values, v_stride, nb,
                                                          head_dim<kDv>(u.dv), w.out, dvp)) {
@@ -51,10 +52,10 @@ struct PrefillBlocks {
 
   static void run(const UnitWork<T, KT, VT>& u) {
     pack_queries(u);
-    for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kKvBlock) {
-      const std::int64_t nb = std::min(kKvBlock, u.end - n0);
-      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
-      if (seen.any) block(u, n0, nb, seen.all);
+    for (std::int64_t n0 = u.begin, n1 = 0; n0 < u.end; n0 = n1) {
+      n1 = u.block_end(n0, kKvBlock);
+      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n1 - 1);
+      if (seen.any) block(u, n0, n1 - n0, seen.all);
     }
   }
 };

@@ -4,6 +4,22 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
+// Keys [n0, n0 + nb) of K or V for a unit's heads, as strided rows: where they lie (contiguous
+// views, or one page), or gathered into the worker's scratch (small pages).
+template <class E>
+struct KvRows {
+  const E* first = nullptr;  // key n0 of the unit's first head
+  std::int64_t key_stride = 0, head_stride = 0;
+  const float* scales = nullptr;  // its row scale (int8), else null
+  std::int64_t scale_key_stride = 0, scale_head_stride = 0;
+  bool gathered = false;
+
+  const E* head(std::int64_t h) const { return first + h * head_stride; }
+  RowScales head_scales(std::int64_t h) const {
+    return {scales != nullptr ? scales + h * scale_head_stride : nullptr, scale_key_stride};
+  }
+};
+
 template <class T, class KT, class VT>
 struct UnitWork {
   const SdpaArgs<T, KT, VT>& args;
@@ -38,14 +54,64 @@ struct UnitWork {
       round_query_row<KT>(row, depth);
     }
   }
-  // Rows [n0, n0 + nb) of head h's S^T or P^T (`cols` of each, `stride` apart) times the keys'
-  // row scales: the tiles read int8 rows without them. S^T takes the K scales before the
-  // softmax, P^T the V scales after it (so that the softmax sums stay those of P).
-  void scale_by_rows(const TensorView<const float, 3>& scales, std::int64_t h, float* t,
-                     std::int64_t n0, std::int64_t nb, std::int64_t cols,
-                     std::int64_t stride) const {
+  // The end of the block of at most `keys` keys from n0: within the task's keys and, for pages
+  // read in place, within n0's page.
+  std::int64_t block_end(std::int64_t n0, std::int64_t keys) const {
+    const std::int64_t page = plan.page_size, n1 = std::min(end, n0 + keys);
+    return page > 0 && !plan.gathers ? std::min(n1, (n0 / page + 1) * page) : n1;
+  }
+
+  // Keys [n0, n0 + nb) of `t` (K or V) and its row scales for the unit's heads: in place where
+  // they lie in one page (or the views are not paged), else gathered into `rows` and
+  // `row_scales`, [nb, heads, d] and [nb, heads], the next nb keys' pages fetched.
+  template <class E>
+  KvRows<E> kv_rows(const TensorView<const E, 4>& t, const TensorView<const float, 3>& scales,
+                    std::int64_t n0, std::int64_t nb, void* rows, float* row_scales) const {
+    const KeyAt at = args.key_at(unit.batch, n0);
+    if (!plan.gathers) {
+      const float* s = scales.data != nullptr ? &scales(at.index, at.row, unit.kv_head) : nullptr;
+      return {&t(at.index, at.row, unit.kv_head, 0),
+              t.strides[1],
+              t.strides[2],
+              s,
+              scales.strides[1],
+              scales.strides[2],
+              false};
+    }
+    const std::int64_t d = t.extents[3];
+    E* to = static_cast<E*>(rows);
     for (std::int64_t n = 0; n < nb; ++n) {
-      const float factor = scales(unit.batch, n0 + n, unit.kv_head + h);
+      const KeyAt key = args.key_at(unit.batch, n0 + n);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const E* from = &t(key.index, key.row, unit.kv_head + h, 0);
+        std::copy(from, from + d, to + (n * heads + h) * d);
+        if (scales.data != nullptr) {
+          row_scales[n * heads + h] = scales(key.index, key.row, unit.kv_head + h);
+        }
+      }
+    }
+    for (std::int64_t n = n0 + nb; n < std::min(end, n0 + 2 * nb); ++n) {
+      const KeyAt key = args.key_at(unit.batch, n);
+      prefetch_rows(&t(key.index, key.row, unit.kv_head, 0),
+                    t.strides[2] * static_cast<std::int64_t>(sizeof(E)), heads,
+                    d * static_cast<std::int64_t>(sizeof(E)));
+    }
+    return {to, heads * d, d, scales.data != nullptr ? row_scales : nullptr, heads, 1, true};
+  }
+  KvRows<KT> key_rows(std::int64_t n0, std::int64_t nb) const {
+    return kv_rows(args.k, args.maybe_k_scales, n0, nb, w.k_rows, w.k_row_scales);
+  }
+  KvRows<VT> value_rows(std::int64_t n0, std::int64_t nb) const {
+    return kv_rows(args.v, args.maybe_v_scales, n0, nb, w.v_rows, w.v_row_scales);
+  }
+
+  // Rows [0, nb) of S^T or P^T (`cols` of each, `stride` apart) times the keys' row scales: the
+  // tiles read int8 rows without them. S^T takes the K scales before the softmax, P^T the V
+  // scales after it (so that the softmax sums stay those of P).
+  static void scale_by_rows(RowScales scales, float* t, std::int64_t nb, std::int64_t cols,
+                            std::int64_t stride) {
+    for (std::int64_t n = 0; n < nb; ++n) {
+      const float factor = scales.first[n * scales.stride];
       float* row = t + n * stride;
       for (std::int64_t c = 0; c < cols; ++c) row[c] *= factor;
     }
