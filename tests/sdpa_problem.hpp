@@ -480,15 +480,19 @@ struct Pages {
   void plan(const Case& c, const std::vector<std::int64_t>& valid, std::uint64_t salt) {
     page_size = c.page_size;
     max_pages = (c.kv_len + page_size - 1) / page_size + 1;
-    table.assign(static_cast<std::size_t>(c.batch * max_pages), -1);
+    // At least one element: a batch of 0 still passes a table (a null one means not paged).
+    table.assign(static_cast<std::size_t>(std::max<std::int64_t>(1, c.batch * max_pages)), -1);
     lens = valid;
-    const std::int64_t shared = c.shared_prefix / page_size;
+    const auto used = [&](std::int64_t b) {
+      return (valid[static_cast<std::size_t>(b)] + page_size - 1) / page_size;
+    };
+    // Entry b > 0 shares entry 0's first pages: whole pages of the shared keys both use.
+    const auto shared = [&](std::int64_t b) {
+      return std::min({c.shared_prefix / page_size, used(0), used(b)});
+    };
     std::vector<std::pair<std::int64_t, std::int64_t>> owners;  // (entry, page) of each new page
     for (std::int64_t b = 0; b < c.batch; ++b) {
-      const std::int64_t used = (valid[static_cast<std::size_t>(b)] + page_size - 1) / page_size;
-      for (std::int64_t i = b > 0 ? std::min(shared, used) : 0; i < used; ++i) {
-        owners.emplace_back(b, i);
-      }
+      for (std::int64_t i = b > 0 ? shared(b) : 0; i < used(b); ++i) owners.emplace_back(b, i);
     }
     num_pages = static_cast<std::int64_t>(owners.size()) + 2;
     std::vector<std::int32_t> order(static_cast<std::size_t>(num_pages));
@@ -499,8 +503,7 @@ struct Pages {
       table[static_cast<std::size_t>(owners[i].first * max_pages + owners[i].second)] = order[i];
     }
     for (std::int64_t b = 1; b < c.batch; ++b) {
-      for (std::int64_t i = 0; i < shared && i * page_size < valid[static_cast<std::size_t>(b)];
-           ++i) {
+      for (std::int64_t i = 0; i < shared(b); ++i) {
         table[static_cast<std::size_t>(b * max_pages + i)] = table[static_cast<std::size_t>(i)];
       }
     }
@@ -551,11 +554,15 @@ struct Pages {
   TensorView<const E, 4> kv(const TensorView<const E, 4>& from, std::vector<std::byte>& to) const {
     return copy<E, 4>(from, to, poison<E>());
   }
-  TensorView<const float, 3> scales(const TensorView<const float, 3>& from,
-                                    std::vector<float>& to) const {
-    if (from.data == nullptr) return {};
+  // The row scales of an int8 K or V (`needed`): a pool of NaN where `from` is empty.
+  TensorView<const float, 3> scales(const TensorView<const float, 3>& from, bool needed,
+                                    std::int64_t heads, std::vector<float>& to) const {
+    if (!needed) return {};
     std::vector<std::byte> bytes;
-    const TensorView<const float, 3> pool = copy<float, 3>(from, bytes, kNaN);
+    const float none = 0.0f;
+    const TensorView<const float, 3> pool = copy<float, 3>(
+        from.data != nullptr ? from : TensorView<const float, 3>(&none, {0, 0, heads}, {0, 0, 0}),
+        bytes, kNaN);
     to.resize(bytes.size() / sizeof(float));
     std::memcpy(to.data(), bytes.data(), bytes.size());
     return TensorView<const float, 3>(to.data(), pool.extents, pool.strides);
@@ -891,15 +898,19 @@ struct Problem {
     }
   }
 
+  template <class E>
+  static constexpr bool kInt8 = std::is_same_v<E, std::int8_t>;
+
   // `a` reading K/V from shuffled pages (pages.plan() and copies on the first call).
   template <class T, class KT, class VT>
   SdpaArgs<T, KT, VT> paged(const SdpaArgs<T, KT, VT>& a) {
     std::vector<std::int64_t> valid(static_cast<std::size_t>(c.batch));
     for (std::int64_t b = 0; b < c.batch; ++b) valid[static_cast<std::size_t>(b)] = valid_keys(b);
     pages.plan(c, valid, salt);
-    SdpaArgs<T, KT, VT> p = with_kv(a, pages.kv(a.k, pages.k_pool), pages.kv(a.v, pages.v_pool),
-                                    pages.scales(a.maybe_k_scales, pages.k_scales),
-                                    pages.scales(a.maybe_v_scales, pages.v_scales));
+    SdpaArgs<T, KT, VT> p =
+        with_kv(a, pages.kv(a.k, pages.k_pool), pages.kv(a.v, pages.v_pool),
+                pages.scales(a.maybe_k_scales, kInt8<KT>, c.hkv, pages.k_scales),
+                pages.scales(a.maybe_v_scales, kInt8<VT>, c.hkv, pages.v_scales));
     p.maybe_kv_lens = pages.lens.data();
     p.maybe_page_table = TensorView<const std::int32_t, 2>::contiguous(pages.table.data(),
                                                                        {c.batch, pages.max_pages});

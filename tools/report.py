@@ -79,6 +79,10 @@ QUICK_DTYPES = ("f32-kvbf16", "f32-kvi8", "f32-kvbf16-storage", "f32-kvi8-storag
 QUICK_DTYPE_PREFILL = "qwen3next_prefill_4k"
 # Ungated calls with every tensor in bf16 or f16: the element-type table's time beside the peers'.
 TYPED = re.compile(r"^sdpa/none/(bf16|f16)/(\w+)/threads:(\d+)$")
+# Paged K/V: the paired paged / contiguous ratio per dtype, shape, page size and threads.
+PAGED = re.compile(r"^paged_overhead/([\w-]+)/(\w+)/page:(\d+)/threads:(\d+)$")
+# Quick mode's paged rows: every page size on the decode shapes and these prefill shapes.
+QUICK_PAGED_PREFILL = ("dense1p7b_prefill_2k", "gpt2_prefill_1k")
 
 
 # ----------------------------------------------------------------------------------- selection
@@ -149,6 +153,13 @@ def classify(names):
             cases[n] = Case(n, "dtype", m.group(3), m.group(2), int(m.group(4)), shape,
                             2.0 * estimate_seconds(shape, int(m.group(4)), False), m.group(1))
             continue
+        m = PAGED.match(n)
+        if m and m.group(2) in by_name:
+            shape, threads = by_name[m.group(2)], int(m.group(4))
+            # Each iteration is a pair: a contiguous call and a paged one.
+            cases[n] = Case(n, "paged", m.group(2), m.group(1), threads, shape,
+                            2.0 * estimate_seconds(shape, threads, False), int(m.group(3)))
+            continue
         m = TYPED.match(n)
         if m and m.group(2) in by_name:
             shape = by_name[m.group(2)]
@@ -204,6 +215,10 @@ def plan(cases, full):
             if full or (c.gate in QUICK_DTYPES
                         and (c.shape.decode or c.case == QUICK_DTYPE_PREFILL)):
                 chosen.append(c)
+            continue
+        if c.group == "paged":
+            if full or c.shape.decode or c.case in QUICK_PAGED_PREFILL:
+                pairs.append(c)
             continue
         if c.group == "dtype":
             if full or (c.gate in QUICK_DTYPES
@@ -505,6 +520,26 @@ def dtype_rows(data, peers):
     return header, rows, speedups
 
 
+def paged_rows(data):
+    """The paged K/V table: per (case, dtype, threads), paged_overhead's ratio per page size."""
+    values = medians(data["benchmarks"])
+    table, pages = {}, set()
+    for name, entry in values.items():
+        m = PAGED.match(name)
+        if not m or not entry.get("ratio"):
+            continue
+        key = (m.group(2), m.group(1), int(m.group(4)))
+        table.setdefault(key, {})[int(m.group(3))] = entry["ratio"]
+        pages.add(int(m.group(3)))
+    named = [s.name for s in bench_shapes.load()[0]]
+    order = sorted(table, key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[1], k[2]))
+    pages = sorted(pages)
+    header = ["case", "dtype", "thr"] + [f"page {p}" for p in pages]
+    rows = [("paged", [k[0], k[1], str(k[2])]
+             + [f"{table[k][p]:.3f}" if p in table[k] else "-" for p in pages]) for k in order]
+    return header, rows
+
+
 def fmt_ms(x):
     if x is None:
         return "-"
@@ -535,7 +570,7 @@ def text_table(header, rows):
 
 
 def markdown_table(header, rows):
-    align = ["---" if h in ("case", "shape", "ISA") else "--:" for h in header]
+    align = ["---" if h in ("case", "shape", "ISA", "dtype") else "--:" for h in header]
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for _, row in rows:
         out.append("| " + " | ".join(row) + " |")
@@ -968,6 +1003,18 @@ def main():
             markdown_table(dtype_header, dtype_table),
         ]
         text += "\n" + text_table(dtype_header, dtype_table) + "\n"
+    paged_header, paged_table = paged_rows(data)
+    if paged_table:
+        md_lines += [
+            "",
+            "Paged K/V: the paired counter `paged_overhead/<dtype>/<shape>/page:<p>/threads:<n>` "
+            "(median of back-to-back paged / contiguous call times, ungated; the pages of one "
+            "sequence shuffled in their pool). Targets: <= 1.05 for pages of 16 or more, <= 1.25 "
+            "for page 1.",
+            "",
+            markdown_table(paged_header, paged_table),
+        ]
+        text += "\n" + text_table(paged_header, paged_table) + "\n"
     md_lines += [
         "",
         "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "

@@ -321,6 +321,17 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
       c.with_activation_type(c.k_type);
     }
   }
+  // Paged K/V, drawn last likewise: shuffled pages, entries sharing the pages of a prefix all of
+  // them hold (not with one-hot logits, whose queries target their own entry's keys, nor with NaN
+  // in the keys an entry does not see, which another entry may).
+  if (f.corruption == Corruption::none && r.one_in(3)) {
+    std::int64_t shortest = c.kv_len;
+    for (std::int64_t n : c.kv_lens) shortest = std::min(shortest, n);
+    const std::int64_t page = r.pick({1, 3, 7, 16, 32, 256});
+    const std::int64_t shared = r.range(0, std::max<std::int64_t>(shortest, 0));
+    const bool can_share = c.one_hot_logit == 0.0 && !c.poison_invisible_keys;
+    c.with_pages(page, can_share ? shared : 0);
+  }
   return f;
 }
 

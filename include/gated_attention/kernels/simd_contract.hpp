@@ -41,6 +41,7 @@
 //   static constexpr std::int64_t kDecodeBlock;        // keys per decode block
 //   static constexpr bool kWidenOncePerUnit;   // 8-row decode units widen K/V once for all rows
 //   static constexpr std::int64_t kDecodeFetchBlocks;  // blocks ahead each decode phase fetches
+//   static constexpr std::int64_t kGatherFetchKeys;    // keys ahead a page gather fetches
 // };
 //
 // tests/test_simd.cpp checks every operation on every path the host runs against scalar code.
@@ -76,6 +77,7 @@ constexpr bool satisfies_simd_contract() {
   static_assert(Tuning::kScoreTileKeys * Tuning::kScoreTileRowVectors <= Tuning::kTileAccumulators);
   static_assert(Tuning::kValueTileRows * Tuning::kValueTileVectors <= Tuning::kTileAccumulators);
   static_assert(Tuning::kDecodeBlock > 0 && Tuning::kDecodeFetchBlocks >= 0);
+  static_assert(Tuning::kGatherFetchKeys >= 0);
   return true;
 }
 

@@ -344,7 +344,7 @@ Status check_page_table(const SdpaArgs<T, KT, VT>& args) {
                          static_cast<long long>(table.extents[1]),
                          static_cast<long long>(page_size));
   }
-  if (args.maybe_kv_lens == nullptr) {
+  if (args.maybe_kv_lens == nullptr && table.extents[0] > 0) {
     return Status::error(StatusCode::invalid_argument,
                          "kv_lens: expected every entry's length with a page table, got none");
   }

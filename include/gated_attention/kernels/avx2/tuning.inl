@@ -19,4 +19,6 @@ struct Tuning {
   // Blocks further ahead that each decode phase fetches: 0, the next phase's rows only ("AVX2
   // decode fetch distance: 0").
   static constexpr std::int64_t kDecodeFetchBlocks = 0;
+  // Paged K/V gathered per block: keys ahead of the one copied that the gather fetches.
+  static constexpr std::int64_t kGatherFetchKeys = 16;
 };

@@ -18,4 +18,6 @@ struct Tuning {
   static constexpr bool kWidenOncePerUnit = false;
   // Blocks further ahead that each decode phase fetches ("AVX-512 decode fetch distance").
   static constexpr std::int64_t kDecodeFetchBlocks = 1;
+  // Paged K/V gathered per block: keys ahead of the one copied that the gather fetches.
+  static constexpr std::int64_t kGatherFetchKeys = 16;
 };

@@ -51,16 +51,16 @@ struct DecodeBlocks {
     }
   }
 
-  // The rows [n, n + kBlock) of every head of K or V (`t`; dims: a row's length), none past the
+  // The rows [n, n + keys) of every head of K or V (`t`; dims: a row's length), none past the
   // task's keys or n's page, as one strided run of spans: one span per key where a key's heads lie
   // within its stride (as in [b, s, h, d]), else one per head. None for gathered pages (the gather
   // fetches them).
   template <class E>
   static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const TensorView<const E, 4>& t,
-                                std::int64_t n, std::int64_t dims) {
+                                std::int64_t n, std::int64_t keys, std::int64_t dims) {
     constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
     if (n >= u.end || u.plan.gathers) return RowPrefetch{};
-    const std::int64_t keys = u.block_end(n, kBlock) - n;
+    keys = u.segment_end(n, std::min(u.end, n + keys)) - n;
     const std::int64_t key_stride = t.strides[1], head_stride = t.strides[2];
     const KeyAt at = u.args.key_at(u.unit.batch, n);
     const E* first = &t(at.index, at.row, u.unit.kv_head, 0);
@@ -81,18 +81,25 @@ struct DecodeBlocks {
                        rows.stride_bytes, std::min(per, rows.rows - from), rows.bytes};
   }
 
-  // Head h's softmax and P.V for keys [n0, n0 + nb); next_keys: its share of the K rows to fetch.
-  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, const KvRows<VT>& rows,
-                         std::int64_t n0, std::int64_t nb, std::int64_t stride, bool all_visible,
-                         const RowPrefetch& next_keys) {
+  // A block's keys in runs that each lie in one page (or all of them, gathered or not paged).
+  static constexpr std::int64_t kMaxSegments = kBlock / kDecodeMinPageInPlace + 2;
+  struct Segment {
+    std::int64_t first, keys;  // keys [first, first + keys), first relative to the block
+    KvRows<VT> values;
+    RowPrefetch keys_ahead;  // the K rows its P.V tiles fetch, shared by the heads
+  };
+
+  // Head h's O += P V for one segment (`scores`: its first key's row of P^T); next_keys: the K rows
+  // its tiles fetch.
+  static void segment_values(const UnitWork<T, KT, VT>& u, std::int64_t h, const Segment& seg,
+                             float* scores, std::int64_t stride, bool all_visible,
+                             const RowPrefetch& next_keys) {
     const SdpaWorkerScratch& w = u.w;
-    const std::int64_t dvp = u.plan.dv_padded, v_stride = rows.key_stride;
-    const VT* values = rows.head(h);
+    const std::int64_t dvp = u.plan.dv_padded, v_stride = seg.values.key_stride, nb = seg.keys;
+    const VT* values = seg.values.head(h);
     float* out = w.out + h * u.out_size();
-    float* scores = w.scores + h * kBlock * stride;  // one block per head
-    update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
     if constexpr (std::is_same_v<VT, std::int8_t> && !Values::kStorage) {
-      u.scale_by_rows(rows.head_scales(h), scores, nb, stride, stride);
+      u.scale_by_rows(seg.values.head_scales(h), scores, nb, stride, stride);
     }
     if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
                                                          nb, head_dim<kDv>(u.dv), out, dvp)) {
@@ -101,8 +108,9 @@ struct DecodeBlocks {
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
     if constexpr (Values::kStorage) {
-      Values::accumulate_storage(scores, stride, u.rows, values, v_stride, rows.head_scales(h), nb,
-                                 head_dim<kDv>(u.dv), out, dvp, w.kv_block, next_keys);
+      Values::accumulate_storage(scores, stride, u.rows, values, v_stride,
+                                 seg.values.head_scales(h), nb, head_dim<kDv>(u.dv), out, dvp,
+                                 w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
       widen_rows(values, v_stride, nb, kDv, w.kv_block);
@@ -118,38 +126,55 @@ struct DecodeBlocks {
     }
   }
 
+  // Head h's softmax and P.V for keys [n0, n0 + nb), each segment fetching head h's share of its
+  // K rows ahead.
+  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, const Segment* segs,
+                         std::int64_t num_segs, std::int64_t n0, std::int64_t nb,
+                         std::int64_t stride, bool all_visible) {
+    float* scores = u.w.scores + h * kBlock * stride;  // one block per head
+    update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
+    for (std::int64_t i = 0; i < num_segs; ++i) {
+      segment_values(u, h, segs[i], scores + segs[i].first * stride, stride, all_visible,
+                     head_share(segs[i].keys_ahead, u.heads, h));
+    }
+  }
+
   // Keys [n0, n0 + nb) of every head of the unit.
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     std::int64_t stride, bool all_visible) {
     const SdpaArgs<T, KT, VT>& a = u.args;
-    const KvRows<KT> keys = u.key_rows(n0, nb);
-    const KvRows<VT> values = u.value_rows(n0, nb);
-    // Blocks of pages read in place may be shorter than kBlock: the fetches still run whole
-    // blocks of kBlock keys ahead.
-    const std::int64_t values_from = n0 + Tuning::kDecodeFetchBlocks * kBlock;
-    // K: at least the next block's (the scores have read this one's).
-    const std::int64_t keys_from =
-        n0 + std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
-    const RowPrefetch keys_ahead = block_rows(u, a.k, keys_from, head_dim<kDk>(u.dk));
-    Scores::decode_scores(u.heads, u.rows, keys.first, keys.key_stride, keys.head_stride, nb,
-                          u.w.q_t, u.q_size(), u.dk_padded(), head_dim<kDk>(u.dk), u.w.scores,
-                          kBlock * stride, stride, keys.head_scales(0), keys.scale_head_stride,
-                          block_rows(u, a.v, values_from, head_dim<kDv>(u.dv)));
+    // Each segment's tiles fetch the same keys of a later block: V Tuning::kDecodeFetchBlocks
+    // blocks ahead, K at least the next block's (the scores have read this one's).
+    const std::int64_t values_ahead = Tuning::kDecodeFetchBlocks * kBlock;
+    const std::int64_t keys_ahead = std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
+    Segment segs[kMaxSegments];
+    std::int64_t num_segs = 0;
+    for (std::int64_t s0 = n0, s1 = 0; s0 < n0 + nb; s0 = s1, ++num_segs) {
+      s1 = u.segment_end(s0, n0 + nb);
+      const KvRows<KT> keys = u.key_rows(s0, s1 - s0);
+      segs[num_segs] = {s0 - n0, s1 - s0, u.value_rows(s0, s1 - s0),
+                        block_rows(u, a.k, s0 + keys_ahead, s1 - s0, head_dim<kDk>(u.dk))};
+      Scores::decode_scores(u.heads, u.rows, keys.first, keys.key_stride, keys.head_stride, s1 - s0,
+                            u.w.q_t, u.q_size(), u.dk_padded(), head_dim<kDk>(u.dk),
+                            u.w.scores + (s0 - n0) * stride, kBlock * stride, stride,
+                            keys.head_scales(0), keys.scale_head_stride,
+                            block_rows(u, a.v, s0 + values_ahead, s1 - s0, head_dim<kDv>(u.dv)));
+    }
     for (std::int64_t h = 0; h < u.heads; ++h) {
       if constexpr (kScaleScores) {
         scale_scores(u.w.scores + h * kBlock * stride, nb, u.rows, stride, u.scale_log2);
       }
-      head_block(u, h, values, n0, nb, stride, all_visible, head_share(keys_ahead, u.heads, h));
+      head_block(u, h, segs, num_segs, n0, nb, stride, all_visible);
     }
   }
 
   static void run(const UnitWork<T, KT, VT>& u) {
     const std::int64_t stride = score_stride(u.rows);
     pack_queries(u, stride);
-    for (std::int64_t n0 = u.begin, n1 = 0; n0 < u.end; n0 = n1) {
-      n1 = u.block_end(n0, kBlock);
-      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n1 - 1);
-      if (seen.any) block(u, n0, n1 - n0, stride, seen.all);
+    for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kBlock) {
+      const std::int64_t nb = std::min(kBlock, u.end - n0);
+      const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
+      if (seen.any) block(u, n0, nb, stride, seen.all);
     }
   }
 };

@@ -53,7 +53,7 @@ struct PrefillBlocks {
   static void run(const UnitWork<T, KT, VT>& u) {
     pack_queries(u);
     for (std::int64_t n0 = u.begin, n1 = 0; n0 < u.end; n0 = n1) {
-      n1 = u.block_end(n0, kKvBlock);
+      n1 = u.segment_end(n0, std::min(u.end, n0 + kKvBlock));
       const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n1 - 1);
       if (seen.any) block(u, n0, n1 - n0, seen.all);
     }

@@ -54,16 +54,17 @@ struct UnitWork {
       round_query_row<KT>(row, depth);
     }
   }
-  // The end of the block of at most `keys` keys from n0: within the task's keys and, for pages
-  // read in place, within n0's page.
-  std::int64_t block_end(std::int64_t n0, std::int64_t keys) const {
-    const std::int64_t page = plan.page_size, n1 = std::min(end, n0 + keys);
+  // The end of the run of keys from n0 to at most n1 that lies in n0's page (for pages read in
+  // place; n1 otherwise).
+  std::int64_t segment_end(std::int64_t n0, std::int64_t n1) const {
+    const std::int64_t page = plan.page_size;
     return page > 0 && !plan.gathers ? std::min(n1, (n0 / page + 1) * page) : n1;
   }
 
   // Keys [n0, n0 + nb) of `t` (K or V) and its row scales for the unit's heads: in place where
   // they lie in one page (or the views are not paged), else gathered into `rows` and
-  // `row_scales`, [nb, heads, d] and [nb, heads], the next nb keys' pages fetched.
+  // `row_scales`, [nb, heads, d] and [nb, heads], each key copied fetching the one
+  // Tuning::kGatherFetchKeys later.
   template <class E>
   KvRows<E> kv_rows(const TensorView<const E, 4>& t, const TensorView<const float, 3>& scales,
                     std::int64_t n0, std::int64_t nb, void* rows, float* row_scales) const {
@@ -78,9 +79,19 @@ struct UnitWork {
               scales.strides[2],
               false};
     }
-    const std::int64_t d = t.extents[3];
+    const std::int64_t d = t.extents[3], ahead = Tuning::kGatherFetchKeys;
+    const auto row_bytes = d * static_cast<std::int64_t>(sizeof(E));
     E* to = static_cast<E*>(rows);
     for (std::int64_t n = 0; n < nb; ++n) {
+      if (n0 + n + ahead < end) {  // fetch one key `ahead` per key copied
+        const KeyAt next = args.key_at(unit.batch, n0 + n + ahead);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const char* row =
+              reinterpret_cast<const char*>(&t(next.index, next.row, unit.kv_head + h, 0));
+          for (std::int64_t at = 0; at < row_bytes; at += kCacheLineBytes)
+            prefetch_line_l2(row + at);
+        }
+      }
       const KeyAt key = args.key_at(unit.batch, n0 + n);
       for (std::int64_t h = 0; h < heads; ++h) {
         const E* from = &t(key.index, key.row, unit.kv_head + h, 0);
@@ -89,12 +100,6 @@ struct UnitWork {
           row_scales[n * heads + h] = scales(key.index, key.row, unit.kv_head + h);
         }
       }
-    }
-    for (std::int64_t n = n0 + nb; n < std::min(end, n0 + 2 * nb); ++n) {
-      const KeyAt key = args.key_at(unit.batch, n);
-      prefetch_rows(&t(key.index, key.row, unit.kv_head, 0),
-                    t.strides[2] * static_cast<std::int64_t>(sizeof(E)), heads,
-                    d * static_cast<std::int64_t>(sizeof(E)));
     }
     return {to, heads * d, d, scales.data != nullptr ? row_scales : nullptr, heads, 1, true};
   }

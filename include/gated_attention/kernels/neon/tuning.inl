@@ -14,4 +14,6 @@ struct Tuning {
   // for all rows, not once per group of 4 ("K/V types: one tile for every row").
   static constexpr bool kWidenOncePerUnit = false;
   static constexpr std::int64_t kDecodeFetchBlocks = 0;  // the next phase's rows only
+  // Paged K/V gathered per block: keys ahead of the one copied that the gather fetches.
+  static constexpr std::int64_t kGatherFetchKeys = 16;
 };
