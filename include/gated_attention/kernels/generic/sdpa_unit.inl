@@ -12,7 +12,6 @@ struct KvRows {
   std::int64_t key_stride = 0, head_stride = 0;
   const float* scales = nullptr;  // its row scale (int8), else null
   std::int64_t scale_key_stride = 0, scale_head_stride = 0;
-  bool gathered = false;
 
   const E* head(std::int64_t h) const { return first + h * head_stride; }
   RowScales head_scales(std::int64_t h) const {
@@ -76,8 +75,7 @@ struct UnitWork {
               t.strides[2],
               s,
               scales.strides[1],
-              scales.strides[2],
-              false};
+              scales.strides[2]};
     }
     const std::int64_t d = t.extents[3], ahead = Tuning::kGatherFetchKeys;
     const auto row_bytes = d * static_cast<std::int64_t>(sizeof(E));
@@ -101,7 +99,7 @@ struct UnitWork {
         }
       }
     }
-    return {to, heads * d, d, scales.data != nullptr ? row_scales : nullptr, heads, 1, true};
+    return {to, heads * d, d, scales.data != nullptr ? row_scales : nullptr, heads, 1};
   }
   KvRows<KT> key_rows(std::int64_t n0, std::int64_t nb) const {
     return kv_rows(args.k, args.maybe_k_scales, n0, nb, w.k_rows, w.k_row_scales);
