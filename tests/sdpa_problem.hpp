@@ -298,6 +298,26 @@ inline std::string describe(const Case& c) {
   return os.str();
 }
 
+// The tolerance factor DotPrecision::storage needs for a V of type v (derived in
+// tests/test_kv_types.cpp): weights rounded to bf16 for a bf16 V, to 8 bits per block for int8.
+inline double storage_tol_scale(ElementType v) {
+  return v == ElementType::bf16 ? 400.0 : v == ElementType::i8 ? 12800.0 : 1.0;
+}
+
+// `c` with q, gate and out in `activations` and the dot precision `precision` (its tolerance
+// widened for it), the name saying so where they are not f32 and exact.
+inline Case with_typed_activations(Case c, ElementType activations, DotPrecision precision) {
+  c.with_activation_type(activations);
+  if (activations != ElementType::f32)
+    c.name += std::string(" activations ") + to_string(activations);
+  if (precision == DotPrecision::storage) {
+    c.name += " storage";
+    c.with_precision(precision);
+    c.tol_scale *= storage_tol_scale(c.v_type);
+  }
+  return c;
+}
+
 // A strided view over its own buffer; every buffer element the view does not address is padding.
 template <int Rank>
 struct Owned {

@@ -86,17 +86,8 @@ std::vector<Case> kv_type_cases(ElementType k, ElementType v) {
 // allowance), the rest as for f32 activations.
 template <ElementType k, ElementType v, ElementType activations = ElementType::f32>
 void check_types(gated_attention::DotPrecision precision = gated_attention::DotPrecision::exact) {
-  const bool storage = precision == gated_attention::DotPrecision::storage;
-  for (Case c : kv_type_cases(k, v)) {
-    c.with_activation_type(activations);
-    if (activations != ElementType::f32)
-      c.name += std::string(" activations ") + to_string(activations);
-    if (storage) {
-      c.name += " storage";
-      c.with_precision(precision);
-      if (v == ElementType::bf16) c.tol_scale = 400.0;
-      if (v == ElementType::i8) c.tol_scale = 12800.0;
-    }
+  for (const Case& typed : kv_type_cases(k, v)) {
+    const Case c = with_typed_activations(typed, activations, precision);
     const PathCheck r = check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c);
     INFO(r.failure);
     CHECK(r.failure.empty());

@@ -64,15 +64,8 @@ template <ElementType k, ElementType v, ElementType activations = ElementType::f
 void check_paged(DotPrecision precision = DotPrecision::exact) {
   for (std::int64_t page : kPageSizes) {
     for (Case c : paged_cases(page)) {
-      c.with_kv_types(k, v).with_activation_type(activations);
-      c.name += std::string(" k ") + to_string(k) + " v " + to_string(v) + " activations " +
-                to_string(activations);
-      if (precision == DotPrecision::storage) {
-        c.name += " storage";
-        c.with_precision(precision);
-        if (v == ElementType::bf16) c.tol_scale = 400.0;  // test_kv_types.cpp
-        if (v == ElementType::i8) c.tol_scale = 12800.0;
-      }
+      c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
+      c = with_typed_activations(c, activations, precision);
       const PathCheck r =
           check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c);
       INFO(r.failure);

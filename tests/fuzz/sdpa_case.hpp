@@ -313,8 +313,7 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
     // flushed, the reference does not), with its tolerance (tests/test_kv_types.cpp).
     if (!c.denormals && r.range(0, 1) == 1) {
       c.with_precision(DotPrecision::storage);
-      if (c.v_type == ElementType::bf16) c.tol_scale *= 400.0;
-      if (c.v_type == ElementType::i8) c.tol_scale *= 12800.0;
+      c.tol_scale *= testing::sdpa::storage_tol_scale(c.v_type);
     }
     // q, gate and out in the cache's type too (bf16 and f16 caches), drawn last likewise.
     if (c.k_type == c.v_type && c.k_type != ElementType::i8 && r.range(0, 1) == 1) {

@@ -330,20 +330,33 @@ Status check_row_scale_values(const char* name, const TensorView<const float, 3>
   return Status::ok();
 }
 
-// A page table [b, max_pages] whose pages hold every entry's keys: kv_lens given, each entry's
-// length within the table's capacity and each page it reads in [0, num_pages).
+// A page table [b, max_pages] of pages of page_size >= 1 keys whose capacity fits 64 bits.
 template <class T, class KT, class VT>
-Status check_page_table(const SdpaArgs<T, KT, VT>& args) {
+Status check_page_table_shape(const SdpaArgs<T, KT, VT>& args) {
   const auto& table = args.maybe_page_table;
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("page_table", table, {args.q.extents[0], -1},
                                              {"batch", "pages"}, InnerStride::any));
-  const std::int64_t num_pages = args.k.extents[0], page_size = args.k.extents[1];
+  const std::int64_t page_size = args.k.extents[1];
+  if (page_size < 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "k: dim 1 (page size): expected >= 1 with a page table, got %lld",
+                         static_cast<long long>(page_size));
+  }
   if (table.extents[1] > std::numeric_limits<std::int64_t>::max() / page_size) {
     return Status::error(StatusCode::invalid_argument,
                          "page_table: dim 1 (pages): %lld pages of %lld keys overflow 64 bits",
                          static_cast<long long>(table.extents[1]),
                          static_cast<long long>(page_size));
   }
+  return Status::ok();
+}
+
+// A page table whose pages hold every entry's keys: kv_lens given, each entry's length within the
+// table's capacity and each page it reads in [0, num_pages).
+template <class T, class KT, class VT>
+Status check_page_table_values(const SdpaArgs<T, KT, VT>& args) {
+  const auto& table = args.maybe_page_table;
+  const std::int64_t num_pages = args.k.extents[0], page_size = args.k.extents[1];
   if (args.maybe_kv_lens == nullptr && table.extents[0] > 0) {
     return Status::error(StatusCode::invalid_argument,
                          "kv_lens: expected every entry's length with a page table, got none");
@@ -407,11 +420,7 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("k", args.k, {paged ? -1 : q[0], -1, q[2], q[4]}, dims));
   const std::int64_t rows = args.k.extents[0], kv_len = args.k.extents[1];
-  if (paged && kv_len < 1) {
-    return Status::error(StatusCode::invalid_argument,
-                         "k: dim 1 (page size): expected >= 1 with a page table, got %lld",
-                         static_cast<long long>(kv_len));
-  }
+  if (paged) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table_shape(args));
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("v", args.v, {rows, kv_len, q[2], -1}, dims));
   const std::int64_t dv = args.v.extents[3];
   if (dv < 1 || dv > kMaxHeadDim) {
@@ -422,7 +431,6 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
       check_row_scales<KT>("k_scales", "K", args.maybe_k_scales, {rows, kv_len, q[2]}));
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_row_scales<VT>("v_scales", "V", args.maybe_v_scales, {rows, kv_len, q[2]}));
-  if (paged) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table(args));
   const std::array<std::int64_t, 5> out_extents = {q[0], q[1], q[2], q[3], dv};
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("out", args.out, out_extents, kQueryHeadDims));
   GATED_ATTENTION_RETURN_IF_ERROR(check_gate(args.gate, out_extents));
@@ -460,6 +468,7 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
     return Status::error(StatusCode::invalid_argument,
                          "sinks: softmax_plus_one and maybe_sink_logits are exclusive");
   }
+  if (args.paged()) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table_values(args));
   const std::int64_t kv_len = args.k.extents[1];
   for (std::int64_t b = 0; !args.paged() && args.maybe_kv_lens && b < args.q.extents[0]; ++b) {
     const std::int64_t n = args.maybe_kv_lens[b];
