@@ -252,10 +252,11 @@ inline void run_sdpa(benchmark::State& state, AttentionShape s, Gate gate, int t
 
 // Each iteration runs `base` and `other` back to back (their order alternating); counter `name`:
 // the median of the paired other / base times, counter `pairs`: how many. Drift of the machine's
-// speed, which moves separately timed rows by several percent, cancels within a pair.
+// speed, which moves separately timed rows by several percent, cancels within a pair. Returns the
+// median time of `base` (seconds; 0 without pairs).
 template <class Base, class Other>
-void time_pairs(benchmark::State& state, const char* name, Base base, Other other) {
-  std::vector<double> ratios;
+double time_pairs(benchmark::State& state, const char* name, Base base, Other other) {
+  std::vector<double> ratios, base_seconds;
   for (auto _ : state) {
     double seconds[2] = {0.0, 0.0};  // base, other
     const int first = static_cast<int>(ratios.size() % 2);
@@ -270,11 +271,12 @@ void time_pairs(benchmark::State& state, const char* name, Base base, Other othe
       seconds[which] = seconds_between(t0, std::chrono::steady_clock::now());
     }
     ratios.push_back(seconds[1] / seconds[0]);
+    base_seconds.push_back(seconds[0]);
   }
-  if (!ratios.empty()) {
-    state.counters[name] = median(ratios);
-    state.counters["pairs"] = static_cast<double>(ratios.size());
-  }
+  if (ratios.empty()) return 0.0;
+  state.counters[name] = median(ratios);
+  state.counters["pairs"] = static_cast<double>(ratios.size());
+  return median(base_seconds);
 }
 
 // gate_overhead/... and stats_overhead/...: time_pairs of a call without and a call with the

@@ -175,6 +175,9 @@ struct Case {
   std::int64_t expect_min_splits = 1;  // the plan must split the keys at least this much
   std::int64_t page_size = 0;          // > 0: the kernels read K/V from shuffled pages
   std::int64_t shared_prefix = 0;      // keys every entry shares with entry 0 (whole pages shared)
+  // Packed queries: entry b has q_lens[b] <= q_len queries (its first), passed to the kernels and
+  // the reference packed with cu_seqlens_q; empty: every entry has q_len.
+  std::vector<std::int64_t> q_lens;
 
   static Case make(std::string n, std::int64_t b, std::int64_t ql, std::int64_t kl,
                    std::int64_t hq_, std::int64_t hkv_, std::int64_t dk_, std::int64_t dv_) {
@@ -253,6 +256,10 @@ struct Case {
     shared_prefix = shared;
     return *this;
   }
+  Case& with_packed_queries(std::vector<std::int64_t> lens) {
+    q_lens = std::move(lens);
+    return *this;
+  }
   Case& with_stats(std::int64_t sink_keys) {
     stats = true;
     n_sink = sink_keys;
@@ -293,8 +300,9 @@ inline std::string describe(const Case& c) {
      << c.poisoned_keys.size() << " (" << c.poison_value << ") k " << to_string(c.k_type) << " v "
      << to_string(c.v_type) << " activations " << to_string(c.activation_type)
      << (c.precision == DotPrecision::storage ? " storage" : " exact") << " pages " << c.page_size
-     << " shared " << c.shared_prefix << " salt " << salt_of(c) << " (test seed " << test_seed()
-     << ")";
+     << " shared " << c.shared_prefix << " q_lens [";
+  for (std::size_t i = 0; i < c.q_lens.size(); ++i) os << (i ? " " : "") << c.q_lens[i];
+  os << "] salt " << salt_of(c) << " (test seed " << test_seed() << ")";
   return os.str();
 }
 
@@ -590,6 +598,96 @@ struct Pages {
 };
 
 // One problem: inputs, the kernel's outputs and the reference's.
+// Packed queries (Case::q_lens): q and the gate of args over [b, q_len, ...] buffers copied into
+// [1, total_q, ...] ones with cu_seqlens_q, entry b's first q_lens[b] positions each; unpack()
+// copies the packed outputs back to those positions of the original views.
+template <class T>
+struct PackedQueries {
+  std::vector<std::int32_t> cu;
+  std::vector<T> q, gate, out;
+  std::vector<float> lse;
+  std::array<std::vector<float>, kNumStats> stats;
+
+  // Row (b, i) of `from` to packed row r of `to`, or back (to_packed false).
+  template <class E, int R>
+  static void copy_row(const TensorView<E, R>& uniform, const TensorView<E, R>& packed,
+                       std::int64_t b, std::int64_t i, std::int64_t r, bool to_packed) {
+    std::array<std::int64_t, R> e = uniform.extents;
+    e[0] = e[1] = 1;
+    for_each_index(e, [&](auto at) {
+      auto from = at;
+      from[0] = b;
+      from[1] = i;
+      at[1] = r;
+      if (to_packed) {
+        packed[at] = uniform[from];
+      } else {
+        uniform[from] = packed[at];
+      }
+    });
+  }
+  // Every entry's rows between `uniform` and `packed`.
+  template <class E, int R>
+  void copy_rows(const TensorView<E, R>& uniform, const TensorView<E, R>& packed,
+                 bool to_packed) const {
+    for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+      for (std::int32_t r = cu[b]; r < cu[b + 1]; ++r) {
+        copy_row(uniform, packed, static_cast<std::int64_t>(b), r - cu[b], r, to_packed);
+      }
+    }
+  }
+  template <class E, int R>
+  static TensorView<E, R> packed_view(std::vector<std::remove_const_t<E>>& buffer,
+                                      const TensorView<E, R>& like, std::int64_t total) {
+    std::array<std::int64_t, R> e = like.extents;
+    e[0] = 1;
+    e[1] = total;
+    std::int64_t n = 1;
+    for (std::int64_t x : e) n *= x;
+    buffer.assign(static_cast<std::size_t>(n), std::remove_const_t<E>{});
+    return TensorView<E, R>::contiguous(buffer.data(), e);
+  }
+
+  template <class KT, class VT>
+  SdpaArgs<T, KT, VT> pack(const SdpaArgs<T, KT, VT>& a, const std::vector<std::int64_t>& q_lens) {
+    cu.assign(1, 0);
+    for (std::int64_t n : q_lens) cu.push_back(cu.back() + static_cast<std::int32_t>(n));
+    const std::int64_t total = cu.back();
+    SdpaArgs<T, KT, VT> p = a;
+    p.maybe_cu_seqlens_q = TensorView<const std::int32_t, 1>::contiguous(
+        cu.data(), {static_cast<std::int64_t>(cu.size())});
+    p.q = packed_view(q, a.q, total);
+    copy_rows(TensorView<T, 5>(const_cast<T*>(a.q.data), a.q.extents, a.q.strides),
+              TensorView<T, 5>(q.data(), p.q.extents, p.q.strides), true);
+    if (a.gate.enabled()) {
+      p.gate.values = packed_view(gate, a.gate.values, total);
+      copy_rows(TensorView<T, 5>(const_cast<T*>(a.gate.values.data), a.gate.values.extents,
+                                 a.gate.values.strides),
+                TensorView<T, 5>(gate.data(), p.gate.values.extents, p.gate.values.strides), true);
+    }
+    p.out = packed_view(out, a.out, total);
+    if (a.maybe_lse.data != nullptr) p.maybe_lse = packed_view(lse, a.maybe_lse, total);
+    const auto from = stat_views(const_cast<AttentionStats&>(a.stats));
+    const auto to = stat_views(p.stats);
+    for (int s = 0; s < kNumStats; ++s) {
+      if (from[s]->data != nullptr) *to[s] = packed_view(stats[s], *from[s], total);
+    }
+    return p;
+  }
+
+  // The outputs of `packed` (pack()'s) into those of `a`.
+  template <class KT, class VT>
+  void unpack(const SdpaArgs<T, KT, VT>& packed, const SdpaArgs<T, KT, VT>& a) const {
+    copy_rows(a.out, packed.out, false);
+    if (a.maybe_lse.data != nullptr) copy_rows(a.maybe_lse, packed.maybe_lse, false);
+    const auto from = stat_views(const_cast<AttentionStats&>(packed.stats));
+    const auto to = stat_views(const_cast<AttentionStats&>(a.stats));
+    for (int s = 0; s < kNumStats; ++s) {
+      if (to[s]->data != nullptr) copy_rows(*to[s], *from[s], false);
+    }
+  }
+};
+
 struct Problem {
   Case c;
   std::uint64_t salt;
@@ -655,7 +753,7 @@ struct Problem {
       const std::int64_t valid = valid_keys(b);
       std::int64_t first = valid, last = -1;  // the keys some query of the entry sees
       if (c.poison_invisible_keys) {
-        for (std::int64_t i = 0; i < c.q_len; ++i) {
+        for (std::int64_t i = 0; i < q_len_of(b); ++i) {
           const auto [lo, hi] = visible(b, i);
           if (lo <= hi) {
             first = std::min(first, lo);
@@ -738,11 +836,15 @@ struct Problem {
   std::int64_t valid_keys(std::int64_t b) const {
     return kv_lens.empty() ? c.kv_len : kv_lens[static_cast<std::size_t>(b)];
   }
+  // Entry b's queries: its first q_len_of(b) positions of the q_len in the buffers.
+  std::int64_t q_len_of(std::int64_t b) const {
+    return c.q_lens.empty() ? c.q_len : c.q_lens[static_cast<std::size_t>(b)];
+  }
 
   // Visible keys [lo, hi] of query i of entry b (lo > hi: none), by the mask's definition.
   std::pair<std::int64_t, std::int64_t> visible(std::int64_t b, std::int64_t i) const {
     const std::int64_t valid = valid_keys(b);
-    const std::int64_t pos = i + valid - c.q_len;
+    const std::int64_t pos = i + valid - q_len_of(b);
     std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1;
     for (std::int64_t j = 0; j < valid; ++j) {
       if (c.mask.allows(pos, j)) {
@@ -765,7 +867,7 @@ struct Problem {
     }
     const double per_dim = big / static_cast<double>(c.dk - 1);
     for (std::int64_t b = 0; b < c.batch; ++b) {
-      for (std::int64_t i = 0; i < c.q_len; ++i) {
+      for (std::int64_t i = 0; i < q_len_of(b); ++i) {
         const auto [lo, hi] = visible(b, i);
         if (lo > hi) continue;
         std::uniform_int_distribution<std::int64_t> pick(lo, hi);
@@ -963,7 +1065,13 @@ struct Problem {
       const auto views = stat_views(a.stats);
       for (int s = 0; s < kNumStats; ++s) *views[s] = ref_stats[s].view();
     }
-    return reference::sdpa(typed_args<KT, VT>(a));
+    if (c.q_lens.empty()) return reference::sdpa(typed_args<KT, VT>(a));
+    PackedQueries<float> packing;
+    const SdpaArgs<float, KT, VT> uniform = typed_args<KT, VT>(a);
+    const SdpaArgs<float, KT, VT> packed = packing.pack(uniform, c.q_lens);
+    GATED_ATTENTION_RETURN_IF_ERROR(reference::sdpa(packed));
+    packing.unpack(packed, uniform);
+    return Status::ok();
   }
 
   void reset_outputs() {
@@ -1037,7 +1145,7 @@ inline Comparison compare(const Problem& p) {
   const bool multiply = c.combine == GateCombine::multiply;
   const bool zero_when_masked = c.gate == GateKind::none || multiply;
   for (std::int64_t b = 0; b < c.batch; ++b) {
-    for (std::int64_t i = 0; i < c.q_len; ++i) {
+    for (std::int64_t i = 0; i < p.q_len_of(b); ++i) {
       const auto [lo, hi] = p.visible(b, i);
       const bool masked = lo > hi;
       for (std::int64_t h = 0; h < c.hq; ++h) {
@@ -1163,7 +1271,7 @@ inline double max_abs_logit(const Problem& p) {
   const std::int64_t g = c.group();
   double reach = 0.0;
   for (std::int64_t b = 0; b < c.batch; ++b) {
-    for (std::int64_t i = 0; i < c.q_len; ++i) {
+    for (std::int64_t i = 0; i < p.q_len_of(b); ++i) {
       const auto [lo, hi] = p.visible(b, i);
       for (std::int64_t h = 0; h < c.hq; ++h) {
         for (std::int64_t j = lo; j <= hi; ++j) {
@@ -1293,6 +1401,9 @@ PathCheck check_every_path_as(const Case& c) {
   Problem p(c);
   SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
   if (c.page_size > 0) args = p.paged(args);
+  const SdpaArgs<T, KT, VT> uniform = args;
+  PackedQueries<T> packing;
+  if (!c.q_lens.empty()) args = packing.pack(uniform, c.q_lens);
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
   }
@@ -1302,8 +1413,9 @@ PathCheck check_every_path_as(const Case& c) {
   const int workers = std::max(1, c.threads);
   const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, workers);
   std::ostringstream plan_text;
-  plan_text << " (plan: q_block " << plan.q_block << " rows " << plan.rows << " unit_heads "
-            << plan.unit_heads << " units " << plan.units << " splits " << plan.splits << " tasks "
+  const kernels::UnitGeometry& geometry = plan.geometry(plan.regime);
+  plan_text << " (plan: q_block " << geometry.q_block << " rows " << geometry.rows << " heads "
+            << geometry.heads << " units " << plan.units << " splits " << plan.splits << " tasks "
             << plan.tasks << ")";
   if (plan.splits < c.expect_min_splits) {
     return fail("the plan splits the keys less than expected" + plan_text.str());
@@ -1321,6 +1433,7 @@ PathCheck check_every_path_as(const Case& c) {
     const Status s = run_kernels(c, args, workspace);
     if (!s.is_ok())
       return fail(where + "run() failed after can_implement() passed: " + s.message());
+    if (!c.q_lens.empty()) packing.unpack(args, uniform);
     p.widen_outputs<T>();
     const std::string wrong = failures(p, compare(p));
     if (!wrong.empty()) return fail(where + wrong);

@@ -146,7 +146,7 @@ TEST_CASE("sdpa: GQA ratios and query groups larger than one unit", "[sdpa][gqa]
   const std::int64_t group = ga::kernels::kTargetRows + 44;
   const Case big =
       Case::make("gqa group > unit rows, prefill", 1, 4, 70, group, 1, 16, 16).causal().with_lse();
-  REQUIRE(ga::kernels::make_sdpa_plan(Problem(big).args(), 1).q_block == 1);
+  REQUIRE(ga::kernels::make_sdpa_plan(Problem(big).args(), 1).prefill.q_block == 1);
   check_case(big);
 }
 

@@ -12,7 +12,8 @@
 // SiLU; multiply or add; pre-activations up to +-1e4), statistics, 1-3 threads through run() or
 // run_phase(), the workspace's start, the values' regime (logits up to +-80 or of +-1e4,
 // q/k/v scaled by powers of two up to 2^+-100, denormal numbers), and K/V in f32, bf16, f16 or
-// int8 (bf16 K with int8 V too). Eight bytes seed the values.
+// int8 (bf16 K with int8 V too), paged K/V and packed queries of different lengths. Eight bytes
+// seed the values.
 // Running out of bytes reads zeros: short inputs decode to simple cases.
 //
 // About one input in ten instead breaks one argument of a valid case (a wrong extent, an inner
@@ -330,6 +331,16 @@ inline FuzzCase decode_case(const std::uint8_t* data, std::size_t size) {
     const std::int64_t shared = r.range(0, std::max<std::int64_t>(shortest, 0));
     const bool can_share = c.one_hot_logit == 0.0 && !c.poison_invisible_keys;
     c.with_pages(page, can_share ? shared : 0);
+  }
+  // Packed queries, drawn last likewise: each entry its first 0..q_len queries, no more than its
+  // keys under a right-bounded (causal) mask.
+  if (f.corruption == Corruption::none && r.one_in(3)) {
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      const std::int64_t keys =
+          c.kv_lens.empty() ? c.kv_len : c.kv_lens[static_cast<std::size_t>(b)];
+      const std::int64_t most = c.mask.window_right >= 0 ? std::min(c.q_len, keys) : c.q_len;
+      c.q_lens.push_back(r.range(0, most));
+    }
   }
   return f;
 }

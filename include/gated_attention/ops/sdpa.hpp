@@ -149,7 +149,7 @@ template <class T, class KT, class VT, class Body>
 Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int num_workers,
                          Body&& body, int carving_worker = -1) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
-  const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
+  kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
   const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
   const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
   if (!layout.complete || workspace.capacity() < needed) {
@@ -158,6 +158,11 @@ Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, i
                          plan.num_workers, workspace.capacity());
   }
   kernels::SdpaContext<T, KT, VT> ctx;
+  if (plan.packed) {  // the units of this batch's lengths, in the planning worker's table
+    std::int64_t* offsets = layout.workers[carving_worker < 0 ? 0 : carving_worker].unit_offsets;
+    kernels::count_packed_units(plan, args, offsets);
+    ctx.unit_offsets = offsets;
+  }
   ctx.args = &args;
   ctx.plan = &plan;
   ctx.layout = &layout;

@@ -10,6 +10,11 @@
 // K/V are either one cache per entry, k [b, kv_len, kv_heads, dk], or pages shared by every entry
 // (vLLM, FlashInfer and OpenVINO's paged attention), k [num_pages, page_size, kv_heads, dk], with a
 // page table: key n of entry b is then row n % page_size of page page_table(b, n / page_size).
+//
+// Queries are either q_len per entry, q [b, q_len, ...], or packed (flash-attn's varlen layout):
+// q [1, total_q, ...] with cu_seqlens_q [b + 1], entry b's queries being rows
+// [cu_seqlens_q(b), cu_seqlens_q(b + 1)), its q_len their count. out, the gate, lse and the
+// statistics follow q's layout.
 #pragma once
 
 #include <algorithm>
@@ -85,6 +90,12 @@ struct KeyAt {
   std::int64_t index, row;  // (entry, key), or (page, row within the page)
 };
 
+// Where a query lies in q, out, the gate, lse and the statistics: the index along their dims 0
+// and 1.
+struct QueryAt {
+  std::int64_t index, row;  // (entry, position), or (0, packed row)
+};
+
 template <class T, class KT = T, class VT = KT>
 struct SdpaArgs {
   TensorView<const T, 5> q;   // [b, q_len, kv_heads, group, dk]
@@ -97,9 +108,12 @@ struct SdpaArgs {
   // them). Requires maybe_kv_lens; only the entries of an entry's first ceil(len / page_size)
   // columns are read.
   TensorView<const std::int32_t, 2> maybe_page_table;  // [b, max_pages], values in [0, num_pages)
-  TensorView<T, 5> out;                                // [b, q_len, kv_heads, group, dv]
-  float scale = 0.0f;                                  // logit scale; 0: 1 / sqrt(dk)
-  Mask mask;                                           // default: no mask
+  // Packed queries: entry b's rows of q (and out, ...) start at cu_seqlens_q(b); non-decreasing
+  // from 0 to total_q. Under a mask bounded on the right (causal), q_len <= the entry's keys.
+  TensorView<const std::int32_t, 1> maybe_cu_seqlens_q;  // [b + 1]
+  TensorView<T, 5> out;                                  // [b, q_len, kv_heads, group, dv]
+  float scale = 0.0f;                                    // logit scale; 0: 1 / sqrt(dk)
+  Mask mask;                                             // default: no mask
   const std::int64_t* maybe_kv_lens = nullptr;  // [b] valid keys per entry, <= kv_len; null: kv_len
   const float* maybe_sink_logits = nullptr;     // [kv_heads * group] learned sink logit per head
   bool softmax_plus_one = false;                // a zero sink logit for every head
@@ -114,6 +128,24 @@ struct SdpaArgs {
   }
   // The factor the kernels scale q by: the logit scale in log2 units (scores are base-2 exponents).
   float scale_log2() const { return effective_scale() * 1.4426950408889634f; }
+
+  bool packed() const { return maybe_cu_seqlens_q.data != nullptr; }
+  // Batch entries: q's dim 0, or (packed) cu_seqlens_q's entries - 1.
+  std::int64_t batch() const {
+    return packed() ? std::max<std::int64_t>(0, maybe_cu_seqlens_q.extents[0] - 1) : q.extents[0];
+  }
+  // Entry b's queries.
+  std::int64_t q_len(std::int64_t b) const {
+    return packed() ? maybe_cu_seqlens_q(b + 1) - maybe_cu_seqlens_q(b) : q.extents[1];
+  }
+  // Query i of entry b.
+  QueryAt query_at(std::int64_t b, std::int64_t i) const {
+    return packed() ? QueryAt{0, maybe_cu_seqlens_q(b) + i} : QueryAt{b, i};
+  }
+  // Entry b's valid keys.
+  std::int64_t kv_len(std::int64_t b) const {
+    return maybe_kv_lens != nullptr ? maybe_kv_lens[b] : kv_capacity();
+  }
 
   bool paged() const { return maybe_page_table.data != nullptr; }
   std::int64_t page_size() const { return paged() ? k.extents[1] : 0; }
@@ -177,6 +209,7 @@ void copy_sdpa_options(const A& from, B& to) {
   to.mask = from.mask;
   to.maybe_kv_lens = from.maybe_kv_lens;
   to.maybe_page_table = from.maybe_page_table;
+  to.maybe_cu_seqlens_q = from.maybe_cu_seqlens_q;
   to.maybe_sink_logits = from.maybe_sink_logits;
   to.softmax_plus_one = from.softmax_plus_one;
   to.maybe_lse = from.maybe_lse;
@@ -228,11 +261,13 @@ SdpaArgs<T2, KT, VT> with_activations(const SdpaArgs<T, KT, VT>& args, TensorVie
 struct SdpaShape {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
   std::int64_t page_size = 0;  // paged K/V: keys per page (kv_len: the table's capacity); 0: not
+  bool packed = false;         // packed queries (q_len: total_q, any split among the entries)
 
   template <class T, class KT, class VT>
   static SdpaShape of(const SdpaArgs<T, KT, VT>& args) {
     const auto& q = args.q.extents;
-    return {q[0], q[1], args.kv_capacity(), q[2], q[3], q[4], args.v.extents[3], args.page_size()};
+    return {args.batch(),     q[1],         args.kv_capacity(), q[2], q[3], q[4], args.v.extents[3],
+            args.page_size(), args.packed()};
   }
 };
 
@@ -319,8 +354,8 @@ Status check_row_scale_values(const char* name, const TensorView<const float, 3>
                               const SdpaArgs<T, KT, VT>& args) {
   if (s.data == nullptr) return Status::ok();
   const std::int64_t page = args.paged() ? args.page_size() : args.kv_capacity();
-  for (std::int64_t b = 0; b < args.q.extents[0]; ++b) {
-    const std::int64_t valid = args.maybe_kv_lens ? args.maybe_kv_lens[b] : args.kv_capacity();
+  for (std::int64_t b = 0; b < args.batch(); ++b) {
+    const std::int64_t valid = args.kv_len(b);
     for (std::int64_t n0 = 0; n0 < valid; n0 += page) {
       const KeyAt at = args.key_at(b, n0);
       GATED_ATTENTION_RETURN_IF_ERROR(
@@ -334,8 +369,8 @@ Status check_row_scale_values(const char* name, const TensorView<const float, 3>
 template <class T, class KT, class VT>
 Status check_page_table_shape(const SdpaArgs<T, KT, VT>& args) {
   const auto& table = args.maybe_page_table;
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("page_table", table, {args.q.extents[0], -1},
-                                             {"batch", "pages"}, InnerStride::any));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("page_table", table, {args.batch(), -1}, {"batch", "pages"}, InnerStride::any));
   const std::int64_t page_size = args.k.extents[1];
   if (page_size < 1) {
     return Status::error(StatusCode::invalid_argument,
@@ -384,6 +419,42 @@ Status check_page_table_values(const SdpaArgs<T, KT, VT>& args) {
   return Status::ok();
 }
 
+// Packed query offsets from 0, non-decreasing, to total_q (q's dim 1); under a mask bounded on the
+// right (causal), no entry with more queries than keys (its first queries would precede its keys:
+// a chunk whose K/V were not appended).
+template <class T, class KT, class VT>
+Status check_query_offsets(const SdpaArgs<T, KT, VT>& args) {
+  const auto& cu = args.maybe_cu_seqlens_q;
+  if (cu(0) != 0) {
+    return Status::error(StatusCode::invalid_argument,
+                         "cu_seqlens_q: entry 0: expected 0, got %lld",
+                         static_cast<long long>(cu(0)));
+  }
+  for (std::int64_t b = 0; b < args.batch(); ++b) {
+    if (cu(b + 1) < cu(b)) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cu_seqlens_q: entry %lld: expected >= %lld (non-decreasing), got %lld",
+                           static_cast<long long>(b + 1), static_cast<long long>(cu(b)),
+                           static_cast<long long>(cu(b + 1)));
+    }
+    if (args.mask.window_right >= 0 && args.q_len(b) > args.kv_len(b)) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cu_seqlens_q: entry %lld: expected at most its %lld keys under a "
+                           "right-bounded (causal) mask, got %lld queries",
+                           static_cast<long long>(b), static_cast<long long>(args.kv_len(b)),
+                           static_cast<long long>(args.q_len(b)));
+    }
+  }
+  const std::int64_t last = cu(args.batch()), total_q = args.q.extents[1];
+  if (last != total_q) {
+    return Status::error(StatusCode::invalid_argument,
+                         "cu_seqlens_q: entry %lld: expected %lld (q's dim 1, total_q), got %lld",
+                         static_cast<long long>(args.batch()), static_cast<long long>(total_q),
+                         static_cast<long long>(last));
+  }
+  return Status::ok();
+}
+
 // The optional per-row statistics views, by name.
 template <class T, class KT, class VT>
 std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats_views(
@@ -401,7 +472,16 @@ std::array<std::pair<const char*, const TensorView<float, 4>*>, 5> stats_views(
 template <class T, class KT, class VT>
 Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
   const auto& q = args.q.extents;
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("q", args.q, {-1, -1, -1, -1, -1}, kQueryHeadDims));
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("q", args.q, {args.packed() ? 1 : -1, -1, -1, -1, -1}, kQueryHeadDims));
+  if (args.packed()) {
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_view("cu_seqlens_q", args.maybe_cu_seqlens_q, {-1}, {"batch + 1"}, InnerStride::any));
+    if (args.maybe_cu_seqlens_q.extents[0] < 1) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cu_seqlens_q: dim 0 (batch + 1): expected >= 1, got 0");
+    }
+  }
   if (q[2] < 1) return Status::shape_mismatch("q", 2, "kv heads", 1, q[2]);
   if (q[3] < 1) {
     return Status::error(StatusCode::invalid_argument,
@@ -418,7 +498,7 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
   const bool paged = args.paged();
   const auto& dims = paged ? page_dims : kv_dims;
   GATED_ATTENTION_RETURN_IF_ERROR(
-      check_view("k", args.k, {paged ? -1 : q[0], -1, q[2], q[4]}, dims));
+      check_view("k", args.k, {paged ? -1 : args.batch(), -1, q[2], q[4]}, dims));
   const std::int64_t rows = args.k.extents[0], kv_len = args.k.extents[1];
   if (paged) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table_shape(args));
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("v", args.v, {rows, kv_len, q[2], -1}, dims));
@@ -470,7 +550,7 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
   }
   if (args.paged()) GATED_ATTENTION_RETURN_IF_ERROR(check_page_table_values(args));
   const std::int64_t kv_len = args.k.extents[1];
-  for (std::int64_t b = 0; !args.paged() && args.maybe_kv_lens && b < args.q.extents[0]; ++b) {
+  for (std::int64_t b = 0; !args.paged() && args.maybe_kv_lens && b < args.batch(); ++b) {
     const std::int64_t n = args.maybe_kv_lens[b];
     if (n < 0 || n > kv_len) {
       return Status::error(StatusCode::invalid_argument,
@@ -479,6 +559,7 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
                            static_cast<long long>(n));
     }
   }
+  if (args.packed()) GATED_ATTENTION_RETURN_IF_ERROR(check_query_offsets(args));
   GATED_ATTENTION_RETURN_IF_ERROR(check_row_scale_values("k_scales", args.maybe_k_scales, args));
   return check_row_scale_values("v_scales", args.maybe_v_scales, args);
 }
@@ -497,6 +578,8 @@ Status validate_sdpa_written(const SdpaArgs<T, KT, VT>& args) {
     GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap(name, view, "v_scales", args.maybe_v_scales));
     GATED_ATTENTION_RETURN_IF_ERROR(
         check_no_overlap(name, view, "page_table", args.maybe_page_table));
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_no_overlap(name, view, "cu_seqlens_q", args.maybe_cu_seqlens_q));
     return check_no_overlap(name, view, "gate", args.gate.values);
   };
   GATED_ATTENTION_RETURN_IF_ERROR(check_written("out", args.out, kQueryHeadDims));

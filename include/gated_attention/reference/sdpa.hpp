@@ -17,11 +17,13 @@ namespace gated_attention::reference {
 
 namespace detail {
 
-// One query row (batch b, position i, KV head kv, head j of its group), computed in double.
+// One query row (batch b, position i, KV head kv, head j of its group), computed in double; `at`
+// is where the row lies in q, out and the per-row views.
 template <class T, class KT, class VT>
 struct SdpaRow {
   const SdpaArgs<T, KT, VT>& args;
   std::int64_t b, i, kv, j;
+  QueryAt at;
   std::vector<double>& logits;  // [keys of the longest entry]
   std::vector<double>& acc;     // [dv]
   static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -42,18 +44,19 @@ struct SdpaRow {
 
   // Scaled logits of the attended keys (-inf elsewhere); returns their max.
   double compute_logits(std::int64_t valid) const {
-    const std::int64_t q_len = args.q.extents[1], dk = args.q.extents[4];
-    const std::int64_t pos = i + valid - q_len;
+    const std::int64_t dk = args.q.extents[4];
+    const std::int64_t pos = i + valid - args.q_len(b);
     // Under DotPrecision::storage the query row as the kernels round it, in log2 units.
     const bool rounded = args.dot_precision == DotPrecision::storage && rounds_query_v<T, KT>;
     std::vector<double> query(static_cast<std::size_t>(dk));
     std::vector<float> row(static_cast<std::size_t>(dk));
     for (std::int64_t d = 0; d < dk; ++d) {
-      row[d] = static_cast<float>(as_double(args.q(b, i, kv, j, d))) * args.scale_log2();
+      row[d] =
+          static_cast<float>(as_double(args.q(at.index, at.row, kv, j, d))) * args.scale_log2();
     }
     if (rounded) round_query_row<KT>(row.data(), dk);
     for (std::int64_t d = 0; d < dk; ++d) {
-      query[d] = rounded ? row[d] : as_double(args.q(b, i, kv, j, d));
+      query[d] = rounded ? row[d] : as_double(args.q(at.index, at.row, kv, j, d));
     }
     const double scale = rounded ? std::log(2.0) : args.effective_scale();
     double max_logit = kNegInf;
@@ -89,7 +92,7 @@ struct SdpaRow {
     const std::int64_t dv = args.v.extents[3];
     const bool no_keys = denom == 0.0;
     if (args.maybe_lse.data != nullptr) {
-      args.maybe_lse(b, i, kv, j) =
+      args.maybe_lse(at.index, at.row, kv, j) =
           static_cast<float>(no_keys ? kNegInf : max_logit + std::log(denom));
     }
     double max_before = 0.0, max_after = 0.0, gate_sum = 0.0, gate_small = 0.0;
@@ -98,19 +101,19 @@ struct SdpaRow {
       double o = attended;
       double activated = 1.0;
       if (args.gate.enabled()) {
-        activated =
-            gate_activation(args.gate.activation, as_double(args.gate.values(b, i, kv, j, d)));
+        activated = gate_activation(args.gate.activation,
+                                    as_double(args.gate.values(at.index, at.row, kv, j, d)));
         o = gate_combine(args.gate.combine, attended, activated);
       }
       max_before = std::max(max_before, std::fabs(attended));
       max_after = std::max(max_after, std::fabs(o));
       gate_sum += activated;
       gate_small += activated < 0.1 ? 1.0 : 0.0;
-      args.out(b, i, kv, j, d) = from_double<T>(o);
+      args.out(at.index, at.row, kv, j, d) = from_double<T>(o);
     }
     const AttentionStats& st = args.stats;
     const auto put = [&](const TensorView<float, 4>& view, double value) {
-      if (view.data != nullptr) view(b, i, kv, j) = static_cast<float>(value);
+      if (view.data != nullptr) view(at.index, at.row, kv, j) = static_cast<float>(value);
     };
     if (st.sink_share.data != nullptr) {
       double sink_mass = 0.0;
@@ -145,17 +148,17 @@ Status sdpa(const SdpaArgs<T, KT, VT>& args) {
   const auto& qe = args.q.extents;
   // Paged: up to the longest entry (the table's capacity may be far larger).
   std::int64_t kv_len = args.paged() ? 0 : args.kv_capacity();
-  for (std::int64_t b = 0; args.paged() && b < qe[0]; ++b) {
+  for (std::int64_t b = 0; args.paged() && b < args.batch(); ++b) {
     kv_len = std::max(kv_len, args.maybe_kv_lens[b]);
   }
   std::vector<double> logits(static_cast<std::size_t>(kv_len));
   std::vector<double> acc(static_cast<std::size_t>(args.v.extents[3]));
-  for (std::int64_t b = 0; b < qe[0]; ++b) {
-    const std::int64_t valid = args.maybe_kv_lens ? args.maybe_kv_lens[b] : kv_len;
-    for (std::int64_t i = 0; i < qe[1]; ++i) {
+  for (std::int64_t b = 0; b < args.batch(); ++b) {
+    for (std::int64_t i = 0; i < args.q_len(b); ++i) {
       for (std::int64_t kv = 0; kv < qe[2]; ++kv) {
         for (std::int64_t j = 0; j < qe[3]; ++j) {
-          detail::SdpaRow<T, KT, VT>{args, b, i, kv, j, logits, acc}.run(valid);
+          detail::SdpaRow<T, KT, VT>{args, b, i, kv, j, args.query_at(b, i), logits, acc}.run(
+              args.kv_len(b));
         }
       }
     }

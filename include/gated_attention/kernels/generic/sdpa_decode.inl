@@ -59,7 +59,7 @@ struct DecodeBlocks {
   static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const TensorView<const E, 4>& t,
                                 std::int64_t n, std::int64_t keys, std::int64_t dims) {
     constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
-    if (n >= u.end || u.plan.gathers) return RowPrefetch{};
+    if (n >= u.end || u.geometry.gathers) return RowPrefetch{};
     keys = u.segment_end(n, std::min(u.end, n + keys)) - n;
     const std::int64_t key_stride = t.strides[1], head_stride = t.strides[2];
     const KeyAt at = u.args.key_at(u.unit.batch, n);

@@ -90,9 +90,10 @@ struct Epilogue {
       }
     }
 
-    // Writes the requested statistics of row (b, i, kv, j); sink_share: its first keys' share.
-    void store(const AttentionStats& st, std::int64_t b, std::int64_t i, std::int64_t kv,
-               std::int64_t j, bool gated, float sink_share, std::int64_t dv) {
+    // Writes the requested statistics of row (at, kv, j); sink_share: its first keys' share.
+    void store(const AttentionStats& st, QueryAt at, std::int64_t kv, std::int64_t j, bool gated,
+               float sink_share, std::int64_t dv) {
+      const std::int64_t b = at.index, i = at.row;
       max_before = std::max(max_before, S::reduce_max(max_before_v));
       max_after = std::max(max_after, S::reduce_max(max_after_v));
       if (gated) {
@@ -108,16 +109,18 @@ struct Epilogue {
     }
   };
 
-  // Finishes row (query i, head j of KV head u.kv_head) from its unnormalised output o, running
-  // max and sum (log2 units) and its unnormalised probability mass on keys [0, n_sink).
-  static void finalize_row(const SdpaArgs<T, KT, VT>& a, const SdpaUnit& u, std::int64_t i,
-                           std::int64_t j, const float* o, float max, float sum, float sink_mass,
-                           std::int64_t dv) {
-    const Normalisation norm = normalise(a, u.kv_head * a.q.extents[3] + j, max, sum);
-    if (a.maybe_lse.data != nullptr) a.maybe_lse(u.batch, i, u.kv_head, j) = norm.lse();
-    T* out = &a.out(u.batch, i, u.kv_head, j, 0);
+  // Finishes row r of `rows` from its unnormalised output o, running max and sum (log2 units) and
+  // its unnormalised probability mass on keys [0, n_sink).
+  static void finalize_row(const HeadRows<T, KT, VT>& rows, std::int64_t r, const float* o,
+                           float max, float sum, float sink_mass, std::int64_t dv) {
+    const SdpaArgs<T, KT, VT>& a = rows.args;
+    const QueryAt at = rows.query(r);
+    const std::int64_t kv = rows.kv_head, j = rows.head(r);
+    const Normalisation norm = normalise(a, kv * a.q.extents[3] + j, max, sum);
+    if (a.maybe_lse.data != nullptr) a.maybe_lse(at.index, at.row, kv, j) = norm.lse();
+    T* out = &a.out(at.index, at.row, kv, j, 0);
     const bool gated = a.gate.enabled();
-    const RowGate gate(a.gate, gated ? &a.gate.values(u.batch, i, u.kv_head, j, 0) : nullptr);
+    const RowGate gate(a.gate, gated ? &a.gate.values(at.index, at.row, kv, j, 0) : nullptr);
     const bool stats = a.stats.enabled();
     RowStatistics row_stats;
     const V inv = S::set1(norm.inv), one = S::set1(1.0f);
@@ -135,35 +138,34 @@ struct Epilogue {
       if (stats) row_stats.add(x, y, act, n);
       store_row_part(out + c, y, n);
     }
-    if (stats) {
-      row_stats.store(a.stats, u.batch, i, u.kv_head, j, gated, sink_mass * norm.inv, dv);
-    }
+    if (stats) row_stats.store(a.stats, at, kv, j, gated, sink_mass * norm.inv, dv);
   }
 
   // Rows ahead of the one being finalised whose gate (read) and output (written) lines are
   // fetched: both are strided by the heads, which the hardware prefetcher does not follow.
   static constexpr std::int64_t kPrefetchRows = 4;
 
-  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_row(const SdpaArgs<T, KT, VT>& a,
-                                                         const SdpaUnit& u, std::int64_t i,
-                                                         std::int64_t j, std::int64_t dv) {
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch_row(const HeadRows<T, KT, VT>& rows,
+                                                         std::int64_t r, std::int64_t dv) {
+    const SdpaArgs<T, KT, VT>& a = rows.args;
+    const QueryAt at = rows.query(r);
+    const std::int64_t kv = rows.kv_head, j = rows.head(r);
     const auto row_bytes = static_cast<std::int64_t>(dv * sizeof(T));
     if (a.gate.enabled()) {
-      prefetch_rows(&a.gate.values(u.batch, i, u.kv_head, j, 0), 0, 1,
+      prefetch_rows(&a.gate.values(at.index, at.row, kv, j, 0), 0, 1,
                     a.gate.values.strides[4] == 0 ? 1 : row_bytes);
     }
-    prefetch_rows<true>(&a.out(u.batch, i, u.kv_head, j, 0), 0, 1, row_bytes);
+    prefetch_rows<true>(&a.out(at.index, at.row, kv, j, 0), 0, 1, row_bytes);
   }
 
-  // Called before finalising row r of `rows` (query i0 + r / g, head r % g): fetches row
-  // r + kPrefetchRows, and at r = 0 the rows before it too.
-  GATED_ATTENTION_ALWAYS_INLINE static void prefetch(const SdpaArgs<T, KT, VT>& a,
-                                                     const SdpaUnit& u, std::int64_t i0,
-                                                     std::int64_t g, std::int64_t rows,
-                                                     std::int64_t r, std::int64_t dv) {
-    const std::int64_t last = std::min(rows - 1, r + kPrefetchRows);
+  // Called before finalising row r of `count` rows: fetches row r + kPrefetchRows, and at r = 0
+  // the rows before it too.
+  GATED_ATTENTION_ALWAYS_INLINE static void prefetch(const HeadRows<T, KT, VT>& rows,
+                                                     std::int64_t count, std::int64_t r,
+                                                     std::int64_t dv) {
+    const std::int64_t last = std::min(count - 1, r + kPrefetchRows);
     for (std::int64_t ahead = r == 0 ? 0 : r + kPrefetchRows; ahead <= last; ++ahead) {
-      prefetch_row(a, u, i0 + ahead / g, ahead % g, dv);
+      prefetch_row(rows, ahead, dv);
     }
   }
 };

@@ -26,7 +26,7 @@ struct PrefillBlocks {
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     bool all_visible) {
     const SdpaWorkerScratch& w = u.w;
-    const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+    const std::int64_t rs = u.row_stride(), dvp = u.plan.dv_padded;
     const KvRows<KT> key_rows = u.key_rows(n0, nb);
     const KvRows<VT> value_rows = u.value_rows(n0, nb);
     const KT* keys = key_rows.first;

@@ -8,73 +8,72 @@
 template <class T, class KT, class VT, int kDk, int kDv, bool kRoundWeights>
 struct SdpaKernel {
   // The task's rows, keys and scratch, with the running softmax state reset.
-  static UnitWork<T, KT, VT> start(const SdpaContext<T, KT, VT>& ctx, std::int64_t task_index,
+  static UnitWork<T, KT, VT> start(const SdpaContext<T, KT, VT>& ctx, const SdpaTask& task,
                                    int worker) {
     const SdpaArgs<T, KT, VT>& a = *ctx.args;
     const SdpaPlan& p = *ctx.plan;
     const SdpaWorkerScratch& w = ctx.layout->workers[worker];
-    const SdpaUnit unit = unit_at(p, task_index / p.splits);
-    const std::int64_t i0 = unit.q_block * p.q_block;
-    const std::int64_t nq = std::min(p.q_block, p.q_len - i0);
+    const SdpaUnit unit = ctx.unit_at(task.unit);
+    const UnitGeometry& g = *unit.geometry;
     UnitWork<T, KT, VT> u{a,
                           p,
+                          g,
                           w,
                           ctx.scale_log2,
                           unit,
                           head_dim<kDk>(p.dk),
                           head_dim<kDv>(p.dv),
-                          i0,
-                          nq * p.group,
-                          round_up(nq * p.group, Simd::kLanes),
-                          p.unit_heads,
+                          unit.i0,
+                          unit.nq * p.group,
+                          round_up(unit.nq * p.group, Simd::kLanes),
+                          g.heads,
                           0,
                           0,
                           a.stats.sink_share.data != nullptr};
-    const std::int64_t valid = a.maybe_kv_lens ? a.maybe_kv_lens[unit.batch] : p.kv_len;
-    visible_keys(a, p, w, valid, i0, nq, u.rows_v, &u.begin, &u.end);
-    if (p.splits > 1) {  // this split's share, in whole blocks
-      const std::int64_t split = task_index % p.splits;
+    visible_keys(a, unit, p.group, w, a.kv_len(unit.batch), u.rows_v, &u.begin, &u.end);
+    if (task.split_unit) {  // this split's share, in whole blocks
       const std::int64_t chunk = round_up((u.end - u.begin + p.splits - 1) / p.splits, kKvBlock);
-      const std::int64_t split_begin = std::min(u.end, u.begin + split * chunk);
+      const std::int64_t split_begin = std::min(u.end, u.begin + task.split * chunk);
       u.end = std::min(u.end, split_begin + chunk);
       u.begin = split_begin;
     }
-    const std::int64_t rs = p.row_stride;
-    std::fill(w.max, w.max + u.heads * rs, -std::numeric_limits<float>::infinity());
-    std::fill(w.sum, w.sum + u.heads * rs, 0.0f);
+    const std::int64_t slots = g.head_slots();
+    std::fill(w.max, w.max + slots, -std::numeric_limits<float>::infinity());
+    std::fill(w.sum, w.sum + slots, 0.0f);
     std::fill(w.out, w.out + u.heads * u.out_size(), 0.0f);
-    if (u.track_sink) std::fill(w.sink, w.sink + u.heads * rs, 0.0f);
+    if (u.track_sink) std::fill(w.sink, w.sink + slots, 0.0f);
     return u;
   }
 
   // Every row through the epilogue.
   static void finish_rows(const UnitWork<T, KT, VT>& u) {
     using Finish = Epilogue<T, KT, VT, kDv>;
-    const std::int64_t g = u.plan.group, rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+    const std::int64_t g = u.plan.group, rs = u.row_stride(), dvp = u.plan.dv_padded;
     for (std::int64_t h = 0; h < u.heads; ++h) {
-      const SdpaUnit head_unit{u.unit.batch, u.unit.kv_head + h, u.unit.q_block};
+      const HeadRows<T, KT, VT> head_rows{u.args, u.unit, u.unit.kv_head + h, g};
       const float* out = u.w.out + h * u.out_size();
       for (std::int64_t r = 0; r < u.rows; ++r) {
-        Finish::prefetch(u.args, head_unit, u.i0, g, u.rows, r, u.dv);
+        Finish::prefetch(head_rows, u.rows, r, u.dv);
         const std::int64_t at = h * rs + r;
-        Finish::finalize_row(u.args, head_unit, u.i0 + r / g, r % g, out + r * dvp, u.w.max[at],
-                             u.w.sum[at], u.track_sink ? u.w.sink[at] : 0.0f, u.dv);
+        Finish::finalize_row(head_rows, r, out + r * dvp, u.w.max[at], u.w.sum[at],
+                             u.track_sink ? u.w.sink[at] : 0.0f, u.dv);
       }
     }
   }
 
   // The split's partial result (O, max, sum, sink mass) for the merge phase.
   static void store_partial(const UnitWork<T, KT, VT>& u, const SdpaLayout& l,
-                            std::int64_t task_index) {
-    const std::int64_t rs = u.plan.row_stride, size = u.out_size();
+                            std::int64_t split_index) {
+    const std::int64_t rs = u.row_stride(), size = u.out_size();
+    const std::int64_t first = split_index * u.plan.max_head_slots();
     for (std::int64_t h = 0; h < u.heads; ++h) {
-      const std::int64_t partial = task_index * u.heads + h;
+      const std::int64_t at = first + h * rs;
       const float* out = u.w.out + h * size;
-      std::copy(out, out + u.rows * u.plan.dv_padded, l.partial_out + partial * size);
-      std::copy(u.w.max + h * rs, u.w.max + h * rs + u.rows, l.partial_max + partial * rs);
-      std::copy(u.w.sum + h * rs, u.w.sum + h * rs + u.rows, l.partial_sum + partial * rs);
+      std::copy(out, out + u.rows * u.plan.dv_padded, l.partial_out + at * u.plan.dv_padded);
+      std::copy(u.w.max + h * rs, u.w.max + h * rs + u.rows, l.partial_max + at);
+      std::copy(u.w.sum + h * rs, u.w.sum + h * rs + u.rows, l.partial_sum + at);
       if (u.track_sink) {
-        std::copy(u.w.sink + h * rs, u.w.sink + h * rs + u.rows, l.partial_sink + partial * rs);
+        std::copy(u.w.sink + h * rs, u.w.sink + h * rs + u.rows, l.partial_sink + at);
       }
     }
   }
@@ -82,18 +81,19 @@ struct SdpaKernel {
   static void task(void* context, std::int64_t task_index, int worker) {
     const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
     const auto& ctx = *static_cast<const SdpaContext<T, KT, VT>*>(context);
-    const UnitWork<T, KT, VT> u = start(ctx, task_index, worker);
+    const SdpaTask task = task_at(*ctx.plan, task_index);
+    const UnitWork<T, KT, VT> u = start(ctx, task, worker);
     if (u.begin < u.end) {
-      if (ctx.plan->regime == SdpaRegime::decode) {
+      if (u.geometry.regime == SdpaRegime::decode) {
         DecodeBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
       } else {
         PrefillBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
       }
     }
-    if (ctx.plan->splits == 1) {
-      finish_rows(u);
+    if (task.split_unit) {
+      store_partial(u, *ctx.layout, task.split_index);
     } else {
-      store_partial(u, *ctx.layout, task_index);
+      finish_rows(u);
     }
   }
 };

@@ -23,6 +23,7 @@ template <class T, class KT, class VT>
 struct UnitWork {
   const SdpaArgs<T, KT, VT>& args;
   const SdpaPlan& plan;
+  const UnitGeometry& geometry;  // the unit's regime's
   const SdpaWorkerScratch& w;
   float scale_log2;
   SdpaUnit unit;
@@ -33,13 +34,16 @@ struct UnitWork {
   std::int64_t begin, end;    // the keys this task reads: [begin, end)
   bool track_sink;            // the sink-share statistic is requested
 
+  std::int64_t row_stride() const { return geometry.row_stride; }
   std::int64_t dk_padded() const { return round_up(dk, kRowPadding); }
-  std::int64_t q_size() const { return dk_padded() * plan.row_stride; }       // per head
-  std::int64_t out_size() const { return plan.row_stride * plan.dv_padded; }  // per head
+  std::int64_t q_size() const { return dk_padded() * row_stride(); }       // per head
+  std::int64_t out_size() const { return row_stride() * plan.dv_padded; }  // per head
   // Row r's query (head r % group of position i0 + r / group) of head h; null past the rows.
   const T* query(std::int64_t h, std::int64_t r) const {
     const std::int64_t g = plan.group;
-    return r < rows ? &args.q(unit.batch, i0 + r / g, unit.kv_head + h, r % g, 0) : nullptr;
+    if (r >= rows) return nullptr;
+    const QueryAt at = args.query_at(unit.batch, i0 + r / g);
+    return &args.q(at.index, at.row, unit.kv_head + h, r % g, 0);
   }
   // Row r of head h's query times `factor` (scale_log2: log2 units) (and, under
   // DotPrecision::storage where `round`, rounded to K's type) into row[0, depth); zeros past the
@@ -57,7 +61,7 @@ struct UnitWork {
   // place; n1 otherwise).
   std::int64_t segment_end(std::int64_t n0, std::int64_t n1) const {
     const std::int64_t page = plan.page_size;
-    return page > 0 && !plan.gathers ? std::min(n1, (n0 / page + 1) * page) : n1;
+    return page > 0 && !geometry.gathers ? std::min(n1, (n0 / page + 1) * page) : n1;
   }
 
   // Keys [n0, n0 + nb) of `t` (K or V) and its row scales for the unit's heads: in place where
@@ -68,7 +72,7 @@ struct UnitWork {
   KvRows<E> kv_rows(const TensorView<const E, 4>& t, const TensorView<const float, 3>& scales,
                     std::int64_t n0, std::int64_t nb, void* rows, float* row_scales) const {
     const KeyAt at = args.key_at(unit.batch, n0);
-    if (!plan.gathers) {
+    if (!geometry.gathers) {
       const float* s = scales.data != nullptr ? &scales(at.index, at.row, unit.kv_head) : nullptr;
       return {&t(at.index, at.row, unit.kv_head, 0),
               t.strides[1],
@@ -138,13 +142,13 @@ inline void scale_scores(float* s, std::int64_t keys, std::int64_t cols, std::in
 // Writes each row's visible keys [key_lo, key_hi] (by index arithmetic: causal bottom-right,
 // windows, kv_lens) and returns their union as [begin, end); padded rows see no key.
 template <class T, class KT, class VT>
-void visible_keys(const SdpaArgs<T, KT, VT>& a, const SdpaPlan& p, const SdpaWorkerScratch& w,
-                  std::int64_t valid, std::int64_t i0, std::int64_t nq, std::int64_t rows_v,
+void visible_keys(const SdpaArgs<T, KT, VT>& a, const SdpaUnit& unit, std::int64_t g,
+                  const SdpaWorkerScratch& w, std::int64_t valid, std::int64_t rows_v,
                   std::int64_t* begin, std::int64_t* end) {
-  const std::int64_t g = p.group;
+  const std::int64_t i0 = unit.i0, nq = unit.nq;
   std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = -1;
   for (std::int64_t qi = 0; qi < nq; ++qi) {
-    const std::int64_t pos = i0 + qi + valid - p.q_len;
+    const std::int64_t pos = i0 + qi + valid - unit.q_len;
     // max(0, pos - left) and min(valid - 1, pos + right) without overflow for any window size
     // (valid - 1 - pos = q_len - 1 - i >= 0).
     const std::int64_t left = a.mask.window_left, right = a.mask.window_right;
@@ -194,7 +198,7 @@ void update_softmax(const UnitWork<T, KT, VT>& u, std::int64_t h, float* scores,
                     std::int64_t nb, std::int64_t score_rows, std::int64_t score_stride,
                     bool all_visible) {
   const SdpaWorkerScratch& w = u.w;
-  const std::int64_t rs = u.plan.row_stride, dvp = u.plan.dv_padded;
+  const std::int64_t rs = u.row_stride(), dvp = u.plan.dv_padded;
   float* alpha = w.alpha + h * rs;
   if (!all_visible) Softmax::mask_block(w, scores, n0, nb, score_rows, score_stride);
   Softmax::softmax_block(scores, nb, score_rows, score_stride, w.max + h * rs, w.sum + h * rs,
