@@ -83,6 +83,10 @@ TYPED = re.compile(r"^sdpa/none/(bf16|f16)/(\w+)/threads:(\d+)$")
 PAGED = re.compile(r"^paged_overhead/([\w-]+)/(\w+)/page:(\d+)/threads:(\d+)$")
 # Quick mode's paged rows: every page size on the decode shapes and these prefill shapes.
 QUICK_PAGED_PREFILL = ("dense1p7b_prefill_2k", "gpt2_prefill_1k")
+# Packed varlen batches: the paired per-entry calls / one packed call, per dtype, batch, threads.
+VARLEN = re.compile(r"^sdpa_varlen/([\w-]+)/(mixed|many_small)/threads:(\d+)$")
+VARLEN_PAIR_SECONDS = {"mixed": 0.5, "many_small": 0.1}  # per pair, at 1 thread
+VARLEN_MIN_TIME = 3.0  # the varlen pairs run at least this long (the mixed pairs take 0.25-0.5 s)
 
 
 # ----------------------------------------------------------------------------------- selection
@@ -160,6 +164,12 @@ def classify(names):
             cases[n] = Case(n, "paged", m.group(2), m.group(1), threads, shape,
                             2.0 * estimate_seconds(shape, threads, False), int(m.group(3)))
             continue
+        m = VARLEN.match(n)
+        if m:
+            threads = int(m.group(3))
+            cases[n] = Case(n, "varlen", m.group(2), m.group(1), threads, None,
+                            VARLEN_PAIR_SECONDS[m.group(2)] / threads)
+            continue
         m = TYPED.match(n)
         if m and m.group(2) in by_name:
             shape = by_name[m.group(2)]
@@ -209,8 +219,11 @@ def plan(cases, full):
     twins = sweep_twins()
     twin_decode_lens = {k.rsplit("/", 1)[1] for k in twins if k.startswith("sweep/decode/")}
     sweep_threads = 2
-    chosen, pairs = [], []
+    chosen, pairs, varlen = [], [], []
     for c in cases.values():
+        if c.group == "varlen":
+            varlen.append(c)
+            continue
         if c.group == "typed":
             if full or (c.gate in QUICK_DTYPES
                         and (c.shape.decode or c.case == QUICK_DTYPE_PREFILL)):
@@ -269,9 +282,9 @@ def plan(cases, full):
     long = [c for c in chosen if c.seconds >= LONG_S]
     if full:
         return [("short", 5, 0.5, short), ("medium", 3, 0.01, medium), ("long", 3, 0.01, long),
-                ("paired", 3, 1.0, pairs)]
+                ("paired", 3, 1.0, pairs), ("varlen", 3, VARLEN_MIN_TIME, varlen)]
     return [("short", 3, 0.05, short), ("medium", 3, 0.01, medium), ("long", 1, 0.01, long),
-            ("paired", 1, PAIR_MIN_TIME, pairs)]
+            ("paired", 1, PAIR_MIN_TIME, pairs), ("varlen", 1, VARLEN_MIN_TIME, varlen)]
 
 
 def forecast(reps, min_time, cases):
@@ -538,6 +551,20 @@ def paged_rows(data):
     rows = [("paged", [k[0], k[1], str(k[2])]
              + [f"{table[k][p]:.3f}" if p in table[k] else "-" for p in pages]) for k in order]
     return header, rows
+
+
+def varlen_rows(data):
+    """The packed-batch table: per (batch, dtype, threads), varlen_speedup and the packed call."""
+    values = medians(data["benchmarks"])
+    rows = []
+    for name, entry in sorted(values.items()):
+        m = VARLEN.match(name)
+        if not m or not entry.get("varlen_speedup"):
+            continue
+        rows.append(("varlen", [m.group(2), m.group(1), m.group(3),
+                                f"{entry['varlen_speedup']:.3f}",
+                                f"{entry.get('packed_ms', 0.0):.2f}"]))
+    return ["batch", "dtype", "thr", "varlen_speedup", "packed ms"], rows
 
 
 def fmt_ms(x):
@@ -1015,6 +1042,19 @@ def main():
             markdown_table(paged_header, paged_table),
         ]
         text += "\n" + text_table(paged_header, paged_table) + "\n"
+    varlen_header, varlen_table = varlen_rows(data)
+    if varlen_table:
+        md_lines += [
+            "",
+            "Packed varlen batches (llama8b's heads): the paired counter "
+            "`sdpa_varlen/<dtype>/<batch>/threads:<n>` `varlen_speedup` (median of back-to-back "
+            "one-call-per-entry / one packed call times); `mixed`: 4 entries decoding at 8K keys "
+            "and a 512-query chunk of a 4K prompt, `many_small`: 64 entries decoding at 128 to 2K "
+            "keys. Targets: >= 1.0 on mixed, >= 1.2 on many_small at 2 threads.",
+            "",
+            markdown_table(varlen_header, varlen_table),
+        ]
+        text += "\n" + text_table(varlen_header, varlen_table) + "\n"
     md_lines += [
         "",
         "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "

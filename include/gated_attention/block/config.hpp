@@ -5,9 +5,12 @@
 // cache; a = SDPA(q, cache, causal) * act(gate); y = a W_o^T.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <utility>
 
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/tensor_view.hpp"
@@ -210,62 +213,178 @@ TensorView<T, 5> gate_view(const BlockConfig& c, const TensorView<T, 3>& gate_so
       {st[0], st[1], s.gate_group, s.gate_head, s.gate_dim});
 }
 
-// A KV cache: slots for num_seqs sequences of up to `capacity` tokens. The caller owns the memory;
-// forward appends each sequence's new tokens at lengths[s] and advances lengths[s]. Elements:
-// float, bf16, f16 (rounded to nearest even) or std::int8_t (rows quantised as ops/store_kv does,
-// their scales in maybe_k_scales / maybe_v_scales).
+// A KV cache, owned by the caller: contiguous slots for num_seqs sequences of up to `capacity`
+// tokens, or (with a page table) pools of pages the engine allocates, sequence s's token n in row
+// n % page_size of page page_table(s, n / page_size). forward appends each sequence's new tokens at
+// lengths[s] and advances lengths[s]. Elements: float, bf16, f16 (rounded to nearest even) or
+// std::int8_t (rows quantised as ops/store_kv does, their scales in maybe_k_scales /
+// maybe_v_scales).
 template <class KvT>
 struct KvCacheView {
-  TensorView<KvT, 4> k;                      // [num_seqs, capacity, num_kv_heads, head_dim]
-  TensorView<KvT, 4> v;                      // [num_seqs, capacity, num_kv_heads, head_dim]
-  std::int64_t* lengths = nullptr;           // [num_seqs] tokens held per sequence
-  TensorView<float, 3> maybe_k_scales = {};  // [num_seqs, capacity, num_kv_heads]: int8 only
-  TensorView<float, 3> maybe_v_scales = {};  // [num_seqs, capacity, num_kv_heads]: int8 only
+  TensorView<KvT, 4> k;             // [num_seqs, capacity, num_kv_heads, head_dim], or paged
+                                    // [num_pages, page_size, num_kv_heads, head_dim]
+  TensorView<KvT, 4> v;             // as k
+  std::int64_t* lengths = nullptr;  // [num_seqs] tokens held per sequence
+  TensorView<float, 3> maybe_k_scales = {};  // [num_seqs, capacity, num_kv_heads] (or paged as k):
+  TensorView<float, 3> maybe_v_scales = {};  //   int8 only
+  // Paged: each sequence's pages in token order. Pages may be shared (a common prefix) where
+  // only read; a page that receives new tokens belongs to its sequence alone.
+  TensorView<const std::int32_t, 2> maybe_page_table = {};  // [num_seqs, max_pages]
+
+  bool paged() const { return maybe_page_table.data != nullptr; }
+  std::int64_t num_seqs() const { return paged() ? maybe_page_table.extents[0] : k.extents[0]; }
+  // Tokens a sequence may hold.
+  std::int64_t capacity() const {
+    return paged() ? maybe_page_table.extents[1] * k.extents[1] : k.extents[1];
+  }
+  // Where token n of sequence s lies in k, v and the scales.
+  KeyAt slot(std::int64_t s, std::int64_t n) const {
+    if (!paged()) return {s, n};
+    return {maybe_page_table(s, n / k.extents[1]), n % k.extents[1]};
+  }
 };
 
-// Checks one forward call's views: x and y [b, len, hidden], positions [b, len], and a cache with
-// room for len more tokens in each of its first b sequences.
-template <class T, class KvT>
-Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
-                        const TensorView<const T, 3>& x,
-                        const TensorView<const std::int64_t, 2>& positions,
-                        const KvCacheView<KvT>& cache, const TensorView<T, 3>& y) {
-  GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
+// The new tokens of one forward call: b sequences of len each ([b, len, ...]), or packed
+// ([1, total, ...] with cu_seqlens [b + 1]: sequence s's are rows [cu(s), cu(s + 1))).
+struct NewTokens {
+  std::int64_t extents[2] = {0, 0};           // x's dims 0 and 1
+  TensorView<const std::int32_t, 1> cu = {};  // packed: offsets
+
+  bool packed() const { return cu.data != nullptr; }
+  std::int64_t batch() const { return packed() ? cu.extents[0] - 1 : extents[0]; }
+  std::int64_t count(std::int64_t s) const { return packed() ? cu(s + 1) - cu(s) : extents[1]; }
+  std::int64_t total() const { return extents[0] * extents[1]; }
+  // The sequence and the index within it of row r of the [rows, ...] flattening of x.
+  std::pair<std::int64_t, std::int64_t> of_row(std::int64_t r) const {
+    if (!packed()) return {r / extents[1], r % extents[1]};
+    const std::int64_t s = std::upper_bound(cu.data, cu.data + cu.extents[0], r) - cu.data - 1;
+    return {s, r - cu(s)};
+  }
+};
+
+namespace detail {
+
+// The cache's views: contiguous [>= b sequences, capacity, ...] or paged (pools and a table of
+// >= b rows), with their row scales.
+template <class KvT>
+Status check_cache_views(const BlockConfig& c, const KvCacheView<KvT>& cache, std::int64_t batch) {
+  const bool paged = cache.paged();
+  constexpr std::array<const char*, 4> slot_dims = {"sequences", "capacity", "kv heads", "dim"};
+  constexpr std::array<const char*, 4> page_dims = {"pages", "page size", "kv heads", "dim"};
+  const auto& dims = paged ? page_dims : slot_dims;
   GATED_ATTENTION_RETURN_IF_ERROR(
-      check_view("x", x, {-1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
-  const std::int64_t batch = x.extents[0], len = x.extents[1];
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      check_view("positions", positions, {batch, len}, {"batch", "length"}));
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      check_view("y", y, {batch, len, c.hidden_size}, {"batch", "length", "hidden"}));
-  constexpr std::array<const char*, 4> cache_dims = {"sequences", "capacity", "kv heads", "dim"};
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      check_view("cache.k", cache.k, {-1, -1, c.num_kv_heads, c.head_dim}, cache_dims));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.v", cache.v, cache.k.extents, cache_dims));
+      check_view("cache.k", cache.k, {-1, -1, c.num_kv_heads, c.head_dim}, dims));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.v", cache.v, cache.k.extents, dims));
   const auto& e = cache.k.extents;
   GATED_ATTENTION_RETURN_IF_ERROR(detail::check_row_scales<KvT>(
       "cache.k_scales", "K cache", cache.maybe_k_scales, {e[0], e[1], e[2]}));
   GATED_ATTENTION_RETURN_IF_ERROR(detail::check_row_scales<KvT>(
       "cache.v_scales", "V cache", cache.maybe_v_scales, {e[0], e[1], e[2]}));
-  if (cache.k.extents[0] < batch) {
-    return Status::error(StatusCode::invalid_argument,
-                         "cache.k: dim 0 (sequences): expected >= %lld (batch), got %lld",
-                         static_cast<long long>(batch), static_cast<long long>(cache.k.extents[0]));
+  if (paged) {
+    GATED_ATTENTION_RETURN_IF_ERROR(check_view("cache.page_table", cache.maybe_page_table, {-1, -1},
+                                               {"sequences", "pages"}, InnerStride::any));
+    GATED_ATTENTION_RETURN_IF_ERROR(detail::check_page_geometry("cache.k", "cache.page_table", e[1],
+                                                                cache.maybe_page_table.extents[1]));
   }
-  if (cache.lengths == nullptr && batch > 0) {
+  if (cache.num_seqs() < batch) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: dim 0 (sequences): expected >= %lld (batch), got %lld",
+                         paged ? "cache.page_table" : "cache.k", static_cast<long long>(batch),
+                         static_cast<long long>(cache.num_seqs()));
+  }
+  return Status::ok();
+}
+
+// Room for each sequence's new tokens, and (paged) every page its tokens use in the pools.
+template <class KvT>
+Status check_cache_room(const KvCacheView<KvT>& cache, const NewTokens& tokens) {
+  if (cache.lengths == nullptr && tokens.batch() > 0) {
     return Status::error(StatusCode::invalid_argument, "cache.lengths: null pointer");
   }
-  const std::int64_t capacity = cache.k.extents[1];
-  for (std::int64_t s = 0; s < batch; ++s) {
-    if (cache.lengths[s] < 0 || cache.lengths[s] + len > capacity) {
+  const std::int64_t capacity = cache.capacity();
+  for (std::int64_t s = 0; s < tokens.batch(); ++s) {
+    const std::int64_t held = cache.lengths[s], adding = tokens.count(s);
+    if (held < 0 || held > capacity - adding) {
       return Status::error(StatusCode::invalid_argument,
                            "cache.lengths: sequence %lld holds %lld tokens, + %lld new exceeds "
                            "capacity %lld",
-                           static_cast<long long>(s), static_cast<long long>(cache.lengths[s]),
-                           static_cast<long long>(len), static_cast<long long>(capacity));
+                           static_cast<long long>(s), static_cast<long long>(held),
+                           static_cast<long long>(adding), static_cast<long long>(capacity));
+    }
+    if (cache.paged()) {
+      GATED_ATTENTION_RETURN_IF_ERROR(
+          detail::check_table_row("cache.page_table", "sequence", "cache.k", cache.maybe_page_table,
+                                  s, held + adding, cache.k.extents[1], cache.k.extents[0]));
     }
   }
   return Status::ok();
+}
+
+// Paged: every page that receives new tokens appears once in the pages the call uses (no page
+// written by two sequences, or written by one and read by another). marks: [num_pages] scratch.
+template <class KvT>
+Status check_cache_writes(const KvCacheView<KvT>& cache, const NewTokens& tokens,
+                          std::int32_t* marks) {
+  if (!cache.paged()) return Status::ok();
+  const std::int64_t page_size = cache.k.extents[1];
+  std::fill(marks, marks + cache.k.extents[0], -1);
+  const auto written = [&](std::int64_t s, std::int64_t i) {  // column i of s gets new tokens
+    const std::int64_t held = cache.lengths[s], adding = tokens.count(s);
+    return adding > 0 && i >= held / page_size && i <= (held + adding - 1) / page_size;
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // marks the written pages, then looks for them
+    for (std::int64_t s = 0; s < tokens.batch(); ++s) {
+      const std::int64_t used = (cache.lengths[s] + tokens.count(s) + page_size - 1) / page_size;
+      for (std::int64_t i = 0; i < used; ++i) {
+        const std::int32_t page = cache.maybe_page_table(s, i);
+        if (pass == 0 ? !written(s, i) : written(s, i)) continue;
+        if (marks[page] < 0) {
+          if (pass == 0) marks[page] = static_cast<std::int32_t>(s);
+          continue;
+        }
+        return Status::error(StatusCode::invalid_argument,
+                             "cache.page_table: sequence %lld, page %lld (pool page %d): "
+                             "receives sequence %d's new tokens this call, expected no other use",
+                             static_cast<long long>(s), static_cast<long long>(i), page,
+                             marks[page]);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace detail
+
+// Checks one forward call's views: x and y [b, len, hidden] (packed: [1, total, hidden] with
+// tokens.cu), positions like x's first two dims, and a cache with room for each sequence's new
+// tokens in its first b sequences.
+template <class T, class KvT>
+Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
+                        const TensorView<const T, 3>& x,
+                        const TensorView<const std::int64_t, 2>& positions,
+                        const KvCacheView<KvT>& cache, const TensorView<T, 3>& y,
+                        const TensorView<const std::int32_t, 1>& maybe_cu_seqlens = {}) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
+  const bool packed = maybe_cu_seqlens.data != nullptr;
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("x", x, {packed ? 1 : -1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
+  const NewTokens tokens{{x.extents[0], x.extents[1]}, maybe_cu_seqlens};
+  if (packed) {
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_view("cu_seqlens", maybe_cu_seqlens, {-1}, {"batch + 1"}, InnerStride::any));
+    if (maybe_cu_seqlens.extents[0] < 1) {
+      return Status::error(StatusCode::invalid_argument,
+                           "cu_seqlens: dim 0 (batch + 1): expected >= 1, got 0");
+    }
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        detail::check_offsets("cu_seqlens", maybe_cu_seqlens, x.extents[1], "x's dim 1"));
+  }
+  GATED_ATTENTION_RETURN_IF_ERROR(
+      check_view("positions", positions, {x.extents[0], x.extents[1]}, {"batch", "length"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view("y", y, {x.extents[0], x.extents[1], c.hidden_size},
+                                             {"batch", "length", "hidden"}));
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::check_cache_views(c, cache, tokens.batch()));
+  return detail::check_cache_room(cache, tokens);
 }
 
 }  // namespace gated_attention

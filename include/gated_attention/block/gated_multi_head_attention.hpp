@@ -8,7 +8,10 @@
 //
 // One forward call appends `len` new tokens to each of the b sequences of the cache: a prefill
 // (empty cache), a chunk of prefill after a cached prefix, or a decode step (len = 1, any number
-// of sequences, each with its own cached length). With gate_mode none it is the ungated layer.
+// of sequences, each with its own cached length). A mixed batch (continuous batching: some
+// sequences decoding one token, others prefilling a chunk) passes its tokens packed, x [1, total,
+// hidden] with cu_seqlens. The cache is contiguous per sequence or paged (the engine owns the
+// pages and passes the table). With gate_mode none it is the ungated layer.
 //
 // Engines that call kernels from each of their nth workers instead call, for every
 // phase < num_phases(), run_phase(args, workspace, phase, ith, nth) on every worker, with a
@@ -45,6 +48,11 @@ struct BlockForwardArgs {
   TensorView<T, 3> y;                                // [b, len, hidden]; may be x itself
   AttentionStats stats;                              // optional, [b, len, kv_heads, group]
   DotPrecision dot_precision = DotPrecision::exact;  // how the attention reads a 16/8-bit cache
+  // Packed tokens: x, positions, y and stats hold every sequence's new tokens one after another
+  // ([1, total, ...]); sequence s's are rows [cu_seqlens(s), cu_seqlens(s + 1)).
+  TensorView<const std::int32_t, 1> maybe_cu_seqlens = {};  // [b + 1], from 0 to total
+
+  NewTokens tokens() const { return {{x.extents[0], x.extents[1]}, maybe_cu_seqlens}; }
 };
 
 // T: the activations and weights; KvT: the cache's elements (float, bf16, f16 or std::int8_t).
@@ -70,8 +78,8 @@ class GatedMultiHeadAttention {
   const BlockWeights<T>& weights() const { return weights_; }
 
   Status can_implement(const BlockForwardArgs<T, KvT>& args) const {
-    GATED_ATTENTION_RETURN_IF_ERROR(
-        validate_forward(config_, weights_, args.x, args.positions, args.cache, args.y));
+    GATED_ATTENTION_RETURN_IF_ERROR(validate_forward(config_, weights_, args.x, args.positions,
+                                                     args.cache, args.y, args.maybe_cu_seqlens));
     GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
     GATED_ATTENTION_RETURN_IF_ERROR(
         check_no_overlap("cache.k", args.cache.k, "cache.v", args.cache.v));
@@ -83,8 +91,9 @@ class GatedMultiHeadAttention {
     return Status::ok();
   }
 
-  // Bytes of workspace for calls with these shapes (x, y and the cache's capacity), any cached
-  // lengths; 0 for arguments can_implement() rejects (forward() then reports why).
+  // Bytes of workspace for calls with these shapes (x, y, the batch and the cache's capacity and
+  // pool), any cached lengths or split of the packed tokens; 0 for arguments can_implement()
+  // rejects (forward() then reports why).
   std::size_t workspace_size(const BlockForwardArgs<T, KvT>& args, int num_workers) const {
     if (!can_implement(args).is_ok()) return 0;
     Workspace counting = Workspace::counting();
@@ -151,13 +160,14 @@ class GatedMultiHeadAttention {
 
   // Scratch carved from the workspace, in this order, identically on every worker.
   struct Buffers {
-    T* q_proj_out = nullptr;          // [rows, q_proj_rows] q (and the gate, unless separate)
-    T* gate_proj_out = nullptr;       // [rows, gate_width] separate layout only
-    T* k_proj_out = nullptr;          // [rows, kv_width]
-    T* v_proj_out = nullptr;          // [rows, kv_width]
-    T* attn = nullptr;                // [rows, q_width] gated attention output
-    std::int64_t* kv_lens = nullptr;  // [b] cached + new tokens per sequence
-    std::byte* sdpa = nullptr;        // SDPA scratch, sized for the cache's capacity
+    T* q_proj_out = nullptr;             // [rows, q_proj_rows] q (and the gate, unless separate)
+    T* gate_proj_out = nullptr;          // [rows, gate_width] separate layout only
+    T* k_proj_out = nullptr;             // [rows, kv_width]
+    T* v_proj_out = nullptr;             // [rows, kv_width]
+    T* attn = nullptr;                   // [rows, q_width] gated attention output
+    std::int64_t* kv_lens = nullptr;     // [b] cached + new tokens per sequence
+    std::int32_t* page_marks = nullptr;  // paged: [workers, num_pages] (check_cache_writes)
+    std::byte* sdpa = nullptr;           // SDPA scratch, sized for the cache's capacity
     std::size_t sdpa_bytes = 0;
     bool complete = false;
   };
@@ -182,17 +192,26 @@ class GatedMultiHeadAttention {
                                        std::int64_t kv_len_extent) const {
     const BlockConfig& c = config_;
     const auto q_rows = rows_of(args, buf.q_proj_out, c.q_proj_rows());
+    const std::int64_t batch = args.tokens().batch();
     SdpaArgs<T, KvT, KvT> a;
     a.q = q_view(c, q_rows);
+    a.maybe_cu_seqlens_q = args.maybe_cu_seqlens;
     a.k = args.cache.k;
     a.v = args.cache.v;
-    a.k.extents[0] = a.v.extents[0] = args.x.extents[0];
-    a.k.extents[1] = a.v.extents[1] = kv_len_extent;
     if constexpr (std::is_same_v<KvT, std::int8_t>) {
       a.maybe_k_scales = args.cache.maybe_k_scales;
       a.maybe_v_scales = args.cache.maybe_v_scales;
-      a.maybe_k_scales.extents[0] = a.maybe_v_scales.extents[0] = args.x.extents[0];
-      a.maybe_k_scales.extents[1] = a.maybe_v_scales.extents[1] = kv_len_extent;
+    }
+    if (args.cache.paged()) {  // the whole pools, the table's first b rows
+      a.maybe_page_table = args.cache.maybe_page_table;
+      a.maybe_page_table.extents[0] = batch;
+    } else {  // the first b sequences, their first kv_len_extent slots
+      a.k.extents[0] = a.v.extents[0] = batch;
+      a.k.extents[1] = a.v.extents[1] = kv_len_extent;
+      if constexpr (std::is_same_v<KvT, std::int8_t>) {
+        a.maybe_k_scales.extents[0] = a.maybe_v_scales.extents[0] = batch;
+        a.maybe_k_scales.extents[1] = a.maybe_v_scales.extents[1] = kv_len_extent;
+      }
     }
     a.out = TensorView<T, 5>::contiguous(buf.attn, {args.x.extents[0], args.x.extents[1],
                                                     c.num_kv_heads, c.group_size(), c.head_dim});
@@ -212,9 +231,16 @@ class GatedMultiHeadAttention {
   // The attention's sizes for a forward call: its workspace depends on nothing else.
   SdpaShape attention_shape(const BlockForwardArgs<T, KvT>& args) const {
     const BlockConfig& c = config_;
-    return {args.x.extents[0], args.x.extents[1], args.cache.k.extents[1],
-            c.num_kv_heads,    c.group_size(),    c.head_dim,
-            c.head_dim};
+    const KvCacheView<KvT>& cache = args.cache;
+    return {args.tokens().batch(),
+            args.x.extents[1],
+            cache.capacity(),
+            c.num_kv_heads,
+            c.group_size(),
+            c.head_dim,
+            c.head_dim,
+            cache.paged() ? cache.k.extents[1] : 0,
+            args.tokens().packed()};
   }
 
   void carve(Workspace& ws, const BlockForwardArgs<T, KvT>& args, int num_workers,
@@ -229,7 +255,11 @@ class GatedMultiHeadAttention {
     b.k_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
     b.v_proj_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.kv_width()));
     b.attn = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
-    b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.x.extents[0]));
+    b.kv_lens = ws.allocate<std::int64_t>(static_cast<std::size_t>(args.tokens().batch()));
+    if (args.cache.paged()) {
+      b.page_marks = ws.allocate<std::int32_t>(static_cast<std::size_t>(num_workers) *
+                                               static_cast<std::size_t>(args.cache.k.extents[0]));
+    }
     b.sdpa_bytes = gated_attention::workspace_size(attention_shape(args), num_workers);
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
     b.complete = !ws.is_counting() && !ws.exhausted();
@@ -255,7 +285,11 @@ class GatedMultiHeadAttention {
     }
     if (args.x.extents[0] * args.x.extents[1] == 0) return Status::ok();
     switch (phase) {
-      case kProject:
+      case kProject:  // each worker checks the cache writes before any is made
+        if (args.cache.paged()) {
+          GATED_ATTENTION_RETURN_IF_ERROR(detail::check_cache_writes(
+              args.cache, args.tokens(), buf.page_marks + workers.ith * args.cache.k.extents[0]));
+        }
         return project_phase(args, buf, workers);
       case kPrepare:
         prepare_phase(args, buf, workers);
@@ -352,12 +386,14 @@ class GatedMultiHeadAttention {
   // tokens; one more task writes the key lengths the attention reads.
   void prepare_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
                      const Workers& workers) const {
-    const std::int64_t batch = args.x.extents[0], len = args.x.extents[1];
-    const std::int64_t tokens = batch * len;
+    const NewTokens new_tokens = args.tokens();
+    const std::int64_t tokens = new_tokens.total();
     const std::int64_t chunks = (tokens + kPrepareTokens - 1) / kPrepareTokens;
     workers.for_tasks(chunks + 1, [&](std::int64_t task, int) {
       if (task == chunks) {
-        for (std::int64_t s = 0; s < batch; ++s) buf.kv_lens[s] = args.cache.lengths[s] + len;
+        for (std::int64_t s = 0; s < new_tokens.batch(); ++s) {
+          buf.kv_lens[s] = args.cache.lengths[s] + new_tokens.count(s);
+        }
         return;
       }
       RopeAngles angles;
@@ -401,48 +437,53 @@ class GatedMultiHeadAttention {
     if (c.rotary_dim > 0) rope_row(row, row, c.head_dim, c.rotary_dim, angles);
   }
 
-  // Norm, RoPE and cache append of token `token` (b * len + t).
+  // Norm, RoPE and cache append of token `token`: row `token` of x's [rows, hidden] flattening,
+  // token t of sequence s.
   void prepare_token(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, std::int64_t token,
                      const NormWeights& norms, RopeAngles& angles) const {
     const BlockConfig& c = config_;
     const std::int64_t len = args.x.extents[1], d = c.head_dim;
-    const std::int64_t b = token / len, t = token % len;
-    if (c.rotary_dim > 0) angles.compute(args.positions(b, t), c.rope_theta, c.rotary_dim);
+    const std::int64_t xb = token / len, xt = token % len;  // the token's row of x
+    if (c.rotary_dim > 0) angles.compute(args.positions(xb, xt), c.rope_theta, c.rotary_dim);
     const auto q = q_view(c, rows_of(args, buf.q_proj_out, c.q_proj_rows()));
     float row[kMaxHeadDim];
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       for (std::int64_t j = 0; j < c.group_size(); ++j) {
-        T* q_row = &q(b, t, h, j, 0);
+        T* q_row = &q(xb, xt, h, j, 0);
         prepare_row(q_row, row, norms.q, angles);
         for (std::int64_t i = 0; i < d; ++i) q_row[i] = T(row[i]);
       }
     }
-    const std::int64_t slot = args.cache.lengths[b] + t;
+    const auto [s, t] = args.tokens().of_row(token);
+    const KeyAt slot = args.cache.slot(s, args.cache.lengths[s] + t);
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       prepare_row(buf.k_proj_out + token * c.kv_width() + h * d, row, norms.k, angles);
-      append_row(row, &args.cache.k(b, slot, h, 0), args.cache.maybe_k_scales, b, slot, h);
+      append_row(row, &args.cache.k(slot.index, slot.row, h, 0), args.cache.maybe_k_scales, slot,
+                 h);
       widen_row(buf.v_proj_out + token * c.kv_width() + h * d, row);
-      append_row(row, &args.cache.v(b, slot, h, 0), args.cache.maybe_v_scales, b, slot, h);
+      append_row(row, &args.cache.v(slot.index, slot.row, h, 0), args.cache.maybe_v_scales, slot,
+                 h);
     }
   }
 
   // One K or V row (f32) into the cache as ops/store_kv stores it. An int8 row holding NaN or Inf
   // gets a NaN scale, which the attention phase refuses naming the row.
   void append_row(const float* row, KvT* cached, const TensorView<float, 3>& maybe_scales,
-                  std::int64_t b, std::int64_t slot, std::int64_t h) const {
+                  KeyAt slot, std::int64_t h) const {
     const float scale = detail::store_kv_elements(row, config_.head_dim, cached);
-    if (maybe_scales.data != nullptr) maybe_scales(b, slot, h) = scale;
+    if (maybe_scales.data != nullptr) maybe_scales(slot.index, slot.row, h) = scale;
   }
 
   // kAttention and kMergeSplits: SDPA phase 0 and 1 over the longest sequence's keys (the kernels
   // follow each sequence's own length). forward() runs the whole op at phase 0.
   Status attention_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, int sdpa_phase,
                          const Workers& workers) const {
+    const NewTokens tokens = args.tokens();
     std::int64_t kv_len = 0;
-    for (std::int64_t s = 0; s < args.x.extents[0]; ++s) {
-      kv_len = std::max(kv_len, args.cache.lengths[s]);
+    for (std::int64_t s = 0; s < tokens.batch(); ++s) {
+      kv_len = std::max(kv_len, args.cache.lengths[s] + tokens.count(s));
     }
-    const SdpaArgs<T, KvT, KvT> sdpa_args = attention_args(args, buf, kv_len + args.x.extents[1]);
+    const SdpaArgs<T, KvT, KvT> sdpa_args = attention_args(args, buf, kv_len);
     const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
     if (workers.executor != nullptr) {
       return sdpa_phase == 0 ? gated_attention::run(sdpa_args, sdpa_ws, *workers.executor)
@@ -452,11 +493,11 @@ class GatedMultiHeadAttention {
     return gated_attention::run_phase(sdpa_args, sdpa_ws, sdpa_phase, workers.ith, workers.nth);
   }
 
-  // kCommit: the cache lengths advance by len.
+  // kCommit: each sequence's cache length advances by its new tokens.
   void commit_phase(const BlockForwardArgs<T, KvT>& args, const Workers& workers) const {
     workers.for_tasks(1, [&](std::int64_t, int) {
-      for (std::int64_t s = 0; s < args.x.extents[0]; ++s)
-        args.cache.lengths[s] += args.x.extents[1];
+      const NewTokens tokens = args.tokens();
+      for (std::int64_t s = 0; s < tokens.batch(); ++s) args.cache.lengths[s] += tokens.count(s);
     });
   }
 

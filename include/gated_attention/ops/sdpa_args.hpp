@@ -365,25 +365,46 @@ Status check_row_scale_values(const char* name, const TensorView<const float, 3>
   return Status::ok();
 }
 
+// Pages of page_size >= 1 keys (the pool's dim 1), max_pages of them (the table's dim 1) within
+// 64 bits of keys.
+inline Status check_page_geometry(const char* pool, const char* table, std::int64_t page_size,
+                                  std::int64_t max_pages) {
+  if (page_size < 1) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: dim 1 (page size): expected >= 1 with a page table, got %lld", pool,
+                         static_cast<long long>(page_size));
+  }
+  if (max_pages > std::numeric_limits<std::int64_t>::max() / page_size) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: dim 1 (pages): %lld pages of %lld keys overflow 64 bits", table,
+                         static_cast<long long>(max_pages), static_cast<long long>(page_size));
+  }
+  return Status::ok();
+}
+
+// The pages holding the first `keys` keys of row b of a page table, each in [0, num_pages); an
+// error names the row as "<row_name> b".
+inline Status check_table_row(const char* table_name, const char* row_name, const char* pool,
+                              const TensorView<const std::int32_t, 2>& table, std::int64_t b,
+                              std::int64_t keys, std::int64_t page_size, std::int64_t num_pages) {
+  for (std::int64_t i = 0; i * page_size < keys; ++i) {
+    const std::int64_t page = table(b, i);
+    if (page >= 0 && page < num_pages) continue;
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: %s %lld, page %lld: expected 0..%lld (%s's pages - 1), got %lld",
+                         table_name, row_name, static_cast<long long>(b), static_cast<long long>(i),
+                         static_cast<long long>(num_pages - 1), pool, static_cast<long long>(page));
+  }
+  return Status::ok();
+}
+
 // A page table [b, max_pages] of pages of page_size >= 1 keys whose capacity fits 64 bits.
 template <class T, class KT, class VT>
 Status check_page_table_shape(const SdpaArgs<T, KT, VT>& args) {
   const auto& table = args.maybe_page_table;
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("page_table", table, {args.batch(), -1}, {"batch", "pages"}, InnerStride::any));
-  const std::int64_t page_size = args.k.extents[1];
-  if (page_size < 1) {
-    return Status::error(StatusCode::invalid_argument,
-                         "k: dim 1 (page size): expected >= 1 with a page table, got %lld",
-                         static_cast<long long>(page_size));
-  }
-  if (table.extents[1] > std::numeric_limits<std::int64_t>::max() / page_size) {
-    return Status::error(StatusCode::invalid_argument,
-                         "page_table: dim 1 (pages): %lld pages of %lld keys overflow 64 bits",
-                         static_cast<long long>(table.extents[1]),
-                         static_cast<long long>(page_size));
-  }
-  return Status::ok();
+  return check_page_geometry("k", "page_table", args.k.extents[1], table.extents[1]);
 }
 
 // A page table whose pages hold every entry's keys: kv_lens given, each entry's length within the
@@ -406,51 +427,50 @@ Status check_page_table_values(const SdpaArgs<T, KT, VT>& args) {
                            static_cast<long long>(table.extents[1]),
                            static_cast<long long>(page_size), static_cast<long long>(n));
     }
-    for (std::int64_t i = 0; i * page_size < n; ++i) {
-      const std::int64_t page = table(b, i);
-      if (page >= 0 && page < num_pages) continue;
-      return Status::error(StatusCode::invalid_argument,
-                           "page_table: entry %lld, page %lld: expected 0..%lld (k's pages - 1), "
-                           "got %lld",
-                           static_cast<long long>(b), static_cast<long long>(i),
-                           static_cast<long long>(num_pages - 1), static_cast<long long>(page));
-    }
+    GATED_ATTENTION_RETURN_IF_ERROR(
+        check_table_row("page_table", "entry", "k", table, b, n, page_size, num_pages));
   }
   return Status::ok();
 }
 
-// Packed query offsets from 0, non-decreasing, to total_q (q's dim 1); under a mask bounded on the
-// right (causal), no entry with more queries than keys (its first queries would precede its keys:
-// a chunk whose K/V were not appended).
-template <class T, class KT, class VT>
-Status check_query_offsets(const SdpaArgs<T, KT, VT>& args) {
-  const auto& cu = args.maybe_cu_seqlens_q;
+// Offsets of packed rows [b + 1]: from 0, non-decreasing, to `total` (the packed dim's extent).
+inline Status check_offsets(const char* name, const TensorView<const std::int32_t, 1>& cu,
+                            std::int64_t total, const char* total_name) {
   if (cu(0) != 0) {
-    return Status::error(StatusCode::invalid_argument,
-                         "cu_seqlens_q: entry 0: expected 0, got %lld",
+    return Status::error(StatusCode::invalid_argument, "%s: entry 0: expected 0, got %lld", name,
                          static_cast<long long>(cu(0)));
   }
-  for (std::int64_t b = 0; b < args.batch(); ++b) {
-    if (cu(b + 1) < cu(b)) {
-      return Status::error(StatusCode::invalid_argument,
-                           "cu_seqlens_q: entry %lld: expected >= %lld (non-decreasing), got %lld",
-                           static_cast<long long>(b + 1), static_cast<long long>(cu(b)),
-                           static_cast<long long>(cu(b + 1)));
-    }
-    if (args.mask.window_right >= 0 && args.q_len(b) > args.kv_len(b)) {
-      return Status::error(StatusCode::invalid_argument,
-                           "cu_seqlens_q: entry %lld: expected at most its %lld keys under a "
-                           "right-bounded (causal) mask, got %lld queries",
-                           static_cast<long long>(b), static_cast<long long>(args.kv_len(b)),
-                           static_cast<long long>(args.q_len(b)));
-    }
-  }
-  const std::int64_t last = cu(args.batch()), total_q = args.q.extents[1];
-  if (last != total_q) {
+  const std::int64_t batch = cu.extents[0] - 1;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    if (cu(b + 1) >= cu(b)) continue;
     return Status::error(StatusCode::invalid_argument,
-                         "cu_seqlens_q: entry %lld: expected %lld (q's dim 1, total_q), got %lld",
-                         static_cast<long long>(args.batch()), static_cast<long long>(total_q),
-                         static_cast<long long>(last));
+                         "%s: entry %lld: expected >= %lld (non-decreasing), got %lld", name,
+                         static_cast<long long>(b + 1), static_cast<long long>(cu(b)),
+                         static_cast<long long>(cu(b + 1)));
+  }
+  if (cu(batch) != total) {
+    return Status::error(StatusCode::invalid_argument,
+                         "%s: entry %lld: expected %lld (%s), got %lld", name,
+                         static_cast<long long>(batch), static_cast<long long>(total), total_name,
+                         static_cast<long long>(cu(batch)));
+  }
+  return Status::ok();
+}
+
+// Packed query offsets (check_offsets against q's dim 1); under a mask bounded on the right
+// (causal), no entry with more queries than keys (its first queries would precede its keys: a
+// chunk whose K/V were not appended).
+template <class T, class KT, class VT>
+Status check_query_offsets(const SdpaArgs<T, KT, VT>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(check_offsets("cu_seqlens_q", args.maybe_cu_seqlens_q,
+                                                args.q.extents[1], "q's dim 1, total_q"));
+  for (std::int64_t b = 0; args.mask.window_right >= 0 && b < args.batch(); ++b) {
+    if (args.q_len(b) <= args.kv_len(b)) continue;
+    return Status::error(StatusCode::invalid_argument,
+                         "cu_seqlens_q: entry %lld: expected at most its %lld keys under a "
+                         "right-bounded (causal) mask, got %lld queries",
+                         static_cast<long long>(b), static_cast<long long>(args.kv_len(b)),
+                         static_cast<long long>(args.q_len(b)));
   }
   return Status::ok();
 }

@@ -151,6 +151,10 @@ Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
                      const TensorView<const std::int64_t, 2>& positions,
                      const KvCacheView<KvT>& cache, const TensorView<T, 3>& y) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate_forward(c, w, x, positions, cache, y));
+  if (cache.paged()) {  // the block's paged path is checked against its contiguous one
+    return Status::error(StatusCode::not_supported,
+                         "cache.page_table: the reference block takes a contiguous cache");
+  }
   const std::int64_t batch = x.extents[0], len = x.extents[1], rows = batch * len;
 
   // Projections.
