@@ -417,7 +417,7 @@ def build_rows(data, peers):
     order = []
     for name, entry in values.items():
         c = cases.get(name)
-        if c is None or c.group in ("peak", "dtype", "typed"):
+        if c is None or c.group in ("peak", "dtype", "typed", "paged", "varlen"):
             continue
         if c.group == "pair":
             if entry.get("ratio") is not None:

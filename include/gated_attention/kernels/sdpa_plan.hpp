@@ -196,21 +196,26 @@ inline std::int64_t packed_units_of(const SdpaPlan& p, std::int64_t q_len) {
 }
 
 // A packed plan's units from the entries' lengths; fills offsets [2 * (batch + 1)]: the first
-// prefill and the first decode unit of each entry (and the totals), so unit_at() finds a unit's
-// entry by bisection.
+// prefill unit of each entry (and the total), so unit_at() finds a prefill unit's entry by
+// bisection, then the decoding entries, longest keys first (the longest task first: dynamic
+// scheduling then ends the call evenly).
 template <class T, class KT, class VT>
 void count_packed_units(SdpaPlan& p, const SdpaArgs<T, KT, VT>& args, std::int64_t* offsets) {
   std::int64_t* prefill = offsets;
-  std::int64_t* decode = offsets + p.batch + 1;
-  prefill[0] = decode[0] = 0;
+  std::int64_t* decoding = offsets + p.batch + 1;
+  std::int64_t decode_units = 0;
+  prefill[0] = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t q_len = args.q_len(b), units = packed_units_of(p, q_len);
-    const bool decodes = packed_regime(p, q_len) == SdpaRegime::decode;
+    const bool decodes = units > 0 && packed_regime(p, q_len) == SdpaRegime::decode;
     prefill[b + 1] = prefill[b] + (decodes ? 0 : units);
-    decode[b + 1] = decode[b] + (decodes ? 1 : 0);
+    if (decodes) decoding[decode_units++] = b;
   }
+  std::sort(decoding, decoding + decode_units, [&](std::int64_t x, std::int64_t y) {
+    return args.kv_len(x) != args.kv_len(y) ? args.kv_len(x) > args.kv_len(y) : x < y;
+  });
   p.prefill_units = prefill[p.batch];
-  p.units = p.prefill_units + decode[p.batch];
+  p.units = p.prefill_units + decode_units;
   p.unsplit_units = p.prefill_units;
   p.tasks = p.unsplit_units + p.split_units() * p.splits;
 }
@@ -336,18 +341,19 @@ inline SdpaUnit uniform_unit_at(const SdpaPlan& p, std::int64_t unit) {
 }
 
 // Unit `unit` of packed queries (offsets: count_packed_units()'s): the prefill units of every
-// entry, each entry's latest query blocks first, then one decode unit per decoding entry.
+// entry, each entry's latest query blocks first, then one decode unit per decoding entry, the
+// longest first.
 template <class T, class KT, class VT>
 SdpaUnit packed_unit_at(const SdpaPlan& p, const SdpaArgs<T, KT, VT>& args,
                         const std::int64_t* offsets, std::int64_t unit) {
-  const bool prefill = unit < p.prefill_units;
-  const std::int64_t* first = prefill ? offsets : offsets + p.batch + 1;
-  const std::int64_t index = prefill ? unit : unit - p.prefill_units;
-  // The entry whose units [first[b], first[b + 1]) hold `index`.
-  const std::int64_t b = std::upper_bound(first, first + p.batch + 1, index) - first - 1;
+  if (unit >= p.prefill_units) {
+    const std::int64_t b = offsets[p.batch + 1 + unit - p.prefill_units];
+    return {b, 0, 0, args.q_len(b), args.q_len(b), &p.decode};
+  }
+  // The entry whose units [offsets[b], offsets[b + 1]) hold `unit`.
+  const std::int64_t b = std::upper_bound(offsets, offsets + p.batch + 1, unit) - offsets - 1;
   const std::int64_t q_len = args.q_len(b);
-  if (!prefill) return {b, 0, 0, q_len, q_len, &p.decode};
-  const std::int64_t local = index - first[b], qb = p.prefill.q_block;
+  const std::int64_t local = unit - offsets[b], qb = p.prefill.q_block;
   const std::int64_t i0 = ((q_len + qb - 1) / qb - 1 - local / p.kv_heads) * qb;
   return {b, local % p.kv_heads, i0, std::min(qb, q_len - i0), q_len, &p.prefill};
 }

@@ -184,7 +184,7 @@ Status run(const SdpaArgs<T, KT, VT>& args, Workspace workspace, const Executor&
                                    [&](auto& ctx, const auto& plan, const auto& fns) {
                                      executor.run(plan.tasks, fns.task, &ctx);
                                      if (plan.num_phases() > 1)
-                                       executor.run(plan.units, fns.merge, &ctx);
+                                       executor.run(plan.split_units(), fns.merge, &ctx);
                                      return Status::ok();
                                    });
 }
@@ -206,7 +206,7 @@ Status run_phase(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int phase
                                plan.num_phases() - 1, phase);
         }
         if (phase == 0) run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
-        if (phase == 1) run_worker_share(plan.units, fns.merge, &ctx, ith, nth);
+        if (phase == 1) run_worker_share(plan.split_units(), fns.merge, &ctx, ith, nth);
         return Status::ok();
       },
       ith);
