@@ -363,7 +363,8 @@ def medians(benchmarks):
         if ok:
             entry["ms"] = statistics.median(r["real_time"] * TO_MS[r.get("time_unit", "ns")]
                                             for r in ok)
-            for counter in ("flops", "bytes_per_second", "ratio", "speedup", "share"):
+            for counter in ("flops", "bytes_per_second", "ratio", "speedup", "share",
+                            "varlen_speedup", "packed_ms"):
                 if counter in ok[0]:
                     entry[counter] = statistics.median(r[counter] for r in ok)
         result[name] = entry
@@ -640,7 +641,8 @@ def machine_line(context, report):
 
 def passes_text(passes):
     kinds = {"short": "timed for at least {t} s", "medium": "one iteration each",
-             "long": "one iteration each", "paired": "pairs for at least {t} s"}
+             "long": "one iteration each", "paired": "pairs for at least {t} s",
+             "varlen": "pairs for at least {t} s"}
     parts = []
     for p in passes:
         how = kinds.get(p["label"], "").format(t=p["min_time"])
