@@ -66,7 +66,8 @@ struct UnitGeometry {
 // Units of one call. With q_len per entry, every unit takes one regime, entries x KV heads x query
 // blocks in an order computed from the index. Packed queries: each entry takes the regime of its
 // own q_len, prefill units (one KV head, blocks of q_len) first, then decode units (every KV head,
-// all of q_len), through the per-call table of SdpaWorkerScratch::unit_offsets.
+// all of q_len; the longest keys first), through the per-call table of
+// SdpaWorkerScratch::unit_offsets.
 struct SdpaPlan {
   std::int64_t batch = 0, q_len = 0, kv_len = 0, kv_heads = 0, group = 0, dk = 0, dv = 0;
   std::int64_t dv_padded = 0;
