@@ -1416,7 +1416,7 @@ PathCheck check_every_path_as(const Case& c) {
   const kernels::UnitGeometry& geometry = plan.geometry(plan.regime);
   plan_text << " (plan: q_block " << geometry.q_block << " rows " << geometry.rows << " heads "
             << geometry.heads << " units " << plan.units << " splits " << plan.splits << " tasks "
-            << plan.tasks << ")";
+            << plan.tasks() << ")";
   if (plan.splits < c.expect_min_splits) {
     return fail("the plan splits the keys less than expected" + plan_text.str());
   }

@@ -1018,45 +1018,29 @@ def main():
         "",
         f"![gated vs ungated attention]({os.path.basename(README_PNG)})",
     ]
-    if dtype_table:
-        md_lines += [
-            "",
-            "Element types: `speedup vs f32` is the paired counter "
-            "`dtype_speedup/<dtype>/<shape>/threads:<n>` (median of back-to-back f32 / typed call "
-            "times, ungated); `read share` is `decode_read_share`, the typed call's time against "
-            "a plain read of the same K/V bytes. dtype `f32-kv<t>`: f32 activations, K/V in t; "
-            "`bf16`, `f16`: every tensor in the type; `-storage`: DotPrecision::storage."
-            + (" `<peer> ms`: the peer's ungated call with every tensor in the dtype; `x vs "
-               "<peer>` = their time / ours (`ungated ms`)." if peers and peers[3] else ""),
-            "",
-            markdown_table(dtype_header, dtype_table),
-        ]
-        text += "\n" + text_table(dtype_header, dtype_table) + "\n"
-    paged_header, paged_table = paged_rows(data)
-    if paged_table:
-        md_lines += [
-            "",
-            "Paged K/V: the paired counter `paged_overhead/<dtype>/<shape>/page:<p>/threads:<n>` "
-            "(median of back-to-back paged / contiguous call times, ungated; the pages of one "
-            "sequence shuffled in their pool). Targets: <= 1.05 for pages of 16 or more, <= 1.25 "
-            "for page 1.",
-            "",
-            markdown_table(paged_header, paged_table),
-        ]
-        text += "\n" + text_table(paged_header, paged_table) + "\n"
-    varlen_header, varlen_table = varlen_rows(data)
-    if varlen_table:
-        md_lines += [
-            "",
-            "Packed varlen batches (llama8b's heads): the paired counter "
-            "`sdpa_varlen/<dtype>/<batch>/threads:<n>` `varlen_speedup` (median of back-to-back "
-            "one-call-per-entry / one packed call times); `mixed`: 4 entries decoding at 8K keys "
-            "and a 512-query chunk of a 4K prompt, `many_small`: 64 entries decoding at 128 to 2K "
-            "keys. Targets: >= 1.0 on mixed, >= 1.2 on many_small at 2 threads.",
-            "",
-            markdown_table(varlen_header, varlen_table),
-        ]
-        text += "\n" + text_table(varlen_header, varlen_table) + "\n"
+    sections = [  # (text above the table, header, rows) of the paired-counter tables
+        ("Element types: `speedup vs f32` is the paired counter "
+         "`dtype_speedup/<dtype>/<shape>/threads:<n>` (median of back-to-back f32 / typed call "
+         "times, ungated); `read share` is `decode_read_share`, the typed call's time against "
+         "a plain read of the same K/V bytes. dtype `f32-kv<t>`: f32 activations, K/V in t; "
+         "`bf16`, `f16`: every tensor in the type; `-storage`: DotPrecision::storage."
+         + (" `<peer> ms`: the peer's ungated call with every tensor in the dtype; `x vs "
+            "<peer>` = their time / ours (`ungated ms`)." if peers and peers[3] else ""),
+         dtype_header, dtype_table),
+        ("Paged K/V: the paired counter `paged_overhead/<dtype>/<shape>/page:<p>/threads:<n>` "
+         "(median of back-to-back paged / contiguous call times, ungated; the pages of one "
+         "sequence shuffled in their pool). Targets: <= 1.05 for pages of 16 or more, <= 1.25 "
+         "for page 1.", *paged_rows(data)),
+        ("Packed varlen batches (llama8b's heads): the paired counter "
+         "`sdpa_varlen/<dtype>/<batch>/threads:<n>` `varlen_speedup` (median of back-to-back "
+         "one-call-per-entry / one packed call times); `mixed`: 4 entries decoding at 8K keys "
+         "and a 512-query chunk of a 4K prompt, `many_small`: 64 entries decoding at 128 to 2K "
+         "keys. Targets: >= 1.0 on mixed, >= 1.2 on many_small at 2 threads.", *varlen_rows(data)),
+    ]
+    for intro, section_header, section_rows in sections:
+        if section_rows:
+            md_lines += ["", intro, "", markdown_table(section_header, section_rows)]
+            text += "\n" + text_table(section_header, section_rows) + "\n"
     md_lines += [
         "",
         "Rerun and regenerate this section: `bash tools/benchmark_report.sh`, then "

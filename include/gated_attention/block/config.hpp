@@ -370,12 +370,7 @@ Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
       check_view("x", x, {packed ? 1 : -1, -1, c.hidden_size}, {"batch", "length", "hidden"}));
   const NewTokens tokens{{x.extents[0], x.extents[1]}, maybe_cu_seqlens};
   if (packed) {
-    GATED_ATTENTION_RETURN_IF_ERROR(
-        check_view("cu_seqlens", maybe_cu_seqlens, {-1}, {"batch + 1"}, InnerStride::any));
-    if (maybe_cu_seqlens.extents[0] < 1) {
-      return Status::error(StatusCode::invalid_argument,
-                           "cu_seqlens: dim 0 (batch + 1): expected >= 1, got 0");
-    }
+    GATED_ATTENTION_RETURN_IF_ERROR(detail::check_offsets_view("cu_seqlens", maybe_cu_seqlens));
     GATED_ATTENTION_RETURN_IF_ERROR(
         detail::check_offsets("cu_seqlens", maybe_cu_seqlens, x.extents[1], "x's dim 1"));
   }

@@ -81,7 +81,6 @@ struct SdpaPlan {
   // results phase 2 merges; the others are one task each.
   std::int64_t unsplit_units = 0;
   std::int64_t splits = 1;
-  std::int64_t tasks = 0;
   std::int64_t page_size = 0;  // paged K/V: keys per page; 0: contiguous
   int num_workers = 1;
 
@@ -108,6 +107,7 @@ struct SdpaPlan {
            (uses(SdpaRegime::prefill) && prefill.gathers);
   }
   std::int64_t split_units() const { return units - unsplit_units; }
+  std::int64_t tasks() const { return unsplit_units + split_units() * splits; }
 };
 
 // The geometry of `regime`'s units of at most q_block positions (0: none).
@@ -149,17 +149,16 @@ inline void plan_uniform_units(SdpaPlan& p, const SdpaShape& shape) {
 }
 
 // The plan of packed queries from the shape alone (so the workspace and phases do not depend on
-// the entries' lengths): units counted by count_packed_units(). Only decode units split, and only
-// when there are fewer entries than twice the workers.
+// the entries' lengths): until count_packed_units() counts them, the units are the most that
+// split (one decode unit per entry). Only decode units split, and only when there are fewer
+// entries than twice the workers.
 inline void plan_packed_units(SdpaPlan& p, const SdpaShape& shape) {
   p.decode = make_unit_geometry(shape, SdpaRegime::decode, kDecodeMaxRows / p.group);
   p.prefill = make_unit_geometry(shape, SdpaRegime::prefill,
                                  std::max<std::int64_t>(1, kTargetRows / p.group));
   p.splits = p.decode.q_block > 0 ? key_splits(p.batch, p.kv_len, p.num_workers) : 1;
-  // At most: every entry a decode unit (split) or kv_heads * ceil(q_len / q_block) prefill ones.
-  p.units = p.batch + p.kv_heads * (p.q_len / p.prefill.q_block + p.batch);
-  p.prefill_units = 0;
-  p.unsplit_units = p.units - p.batch;
+  p.units = p.batch;
+  p.prefill_units = p.unsplit_units = 0;
 }
 
 inline SdpaPlan make_sdpa_plan(const SdpaShape& shape, int num_workers) {
@@ -180,7 +179,6 @@ inline SdpaPlan make_sdpa_plan(const SdpaShape& shape, int num_workers) {
   } else {
     plan_uniform_units(p, shape);
   }
-  p.tasks = p.unsplit_units + p.split_units() * p.splits;
   return p;
 }
 
@@ -218,7 +216,6 @@ void count_packed_units(SdpaPlan& p, const SdpaArgs<T, KT, VT>& args, std::int64
   p.prefill_units = prefill[p.batch];
   p.units = p.prefill_units + decode_units;
   p.unsplit_units = p.prefill_units;
-  p.tasks = p.unsplit_units + p.split_units() * p.splits;
 }
 
 template <class T, class KT, class VT>

@@ -182,7 +182,7 @@ template <class T, class KT, class VT>
 Status run(const SdpaArgs<T, KT, VT>& args, Workspace workspace, const Executor& executor = {}) {
   return detail::with_sdpa_context(args, workspace, executor.num_workers,
                                    [&](auto& ctx, const auto& plan, const auto& fns) {
-                                     executor.run(plan.tasks, fns.task, &ctx);
+                                     executor.run(plan.tasks(), fns.task, &ctx);
                                      if (plan.num_phases() > 1)
                                        executor.run(plan.split_units(), fns.merge, &ctx);
                                      return Status::ok();
@@ -205,7 +205,7 @@ Status run_phase(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int phase
                                "phase: expected 0..%d (num_phases() - 1), got %d",
                                plan.num_phases() - 1, phase);
         }
-        if (phase == 0) run_worker_share(plan.tasks, fns.task, &ctx, ith, nth);
+        if (phase == 0) run_worker_share(plan.tasks(), fns.task, &ctx, ith, nth);
         if (phase == 1) run_worker_share(plan.split_units(), fns.merge, &ctx, ith, nth);
         return Status::ok();
       },

@@ -433,6 +433,14 @@ Status check_page_table_values(const SdpaArgs<T, KT, VT>& args) {
   return Status::ok();
 }
 
+// A view of offsets of packed rows [b + 1], b >= 0.
+inline Status check_offsets_view(const char* name, const TensorView<const std::int32_t, 1>& cu) {
+  GATED_ATTENTION_RETURN_IF_ERROR(check_view(name, cu, {-1}, {"batch + 1"}, InnerStride::any));
+  if (cu.extents[0] >= 1) return Status::ok();
+  return Status::error(StatusCode::invalid_argument, "%s: dim 0 (batch + 1): expected >= 1, got 0",
+                       name);
+}
+
 // Offsets of packed rows [b + 1]: from 0, non-decreasing, to `total` (the packed dim's extent).
 inline Status check_offsets(const char* name, const TensorView<const std::int32_t, 1>& cu,
                             std::int64_t total, const char* total_name) {
@@ -495,12 +503,7 @@ Status validate_sdpa_shapes(const SdpaArgs<T, KT, VT>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("q", args.q, {args.packed() ? 1 : -1, -1, -1, -1, -1}, kQueryHeadDims));
   if (args.packed()) {
-    GATED_ATTENTION_RETURN_IF_ERROR(
-        check_view("cu_seqlens_q", args.maybe_cu_seqlens_q, {-1}, {"batch + 1"}, InnerStride::any));
-    if (args.maybe_cu_seqlens_q.extents[0] < 1) {
-      return Status::error(StatusCode::invalid_argument,
-                           "cu_seqlens_q: dim 0 (batch + 1): expected >= 1, got 0");
-    }
+    GATED_ATTENTION_RETURN_IF_ERROR(check_offsets_view("cu_seqlens_q", args.maybe_cu_seqlens_q));
   }
   if (q[2] < 1) return Status::shape_mismatch("q", 2, "kv heads", 1, q[2]);
   if (q[3] < 1) {
