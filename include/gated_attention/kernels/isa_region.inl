@@ -15,6 +15,7 @@ namespace gated_attention::kernels::GATED_ATTENTION_REGION_NAMESPACE {
 // clang-format off
 #include GATED_ATTENTION_REGION_SIMD
 #include GATED_ATTENTION_REGION_TUNING
+#include "gated_attention/kernels/generic/kv_rows.inl"
 #include "gated_attention/kernels/generic/storage_dot.inl"
 #if defined(GATED_ATTENTION_REGION_STORAGE_DOT)
 #include GATED_ATTENTION_REGION_STORAGE_DOT

@@ -38,16 +38,37 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 #endif
 }
 
-// Rows [0, rows) of `bytes` bytes of a strided array, to be fetched. Default-constructed: none.
+// Rows [0, rows) of `bytes` bytes to be fetched: row i at first + i * stride_bytes, or where
+// `table` is set, at table[i] + shift_bytes (rows anywhere: small pages). Default-constructed:
+// none.
 struct RowPrefetch {
   const void* first = nullptr;
   std::int64_t stride_bytes = 0, rows = 0, bytes = 0;
+  const void* const* table = nullptr;
+  std::int64_t shift_bytes = 0;
 
+  GATED_ATTENTION_ALWAYS_INLINE const char* row(std::int64_t i) const {
+    return table != nullptr ? static_cast<const char*>(table[i]) + shift_bytes
+                            : static_cast<const char*>(first) + i * stride_bytes;
+  }
+  // Rows [from, from + count) of these (fewer at the end).
+  RowPrefetch part(std::int64_t from, std::int64_t count) const {
+    RowPrefetch p = *this;
+    from = from < rows ? from : rows;
+    p.rows = from + count < rows ? count : rows - from;
+    if (p.rows <= 0) return RowPrefetch{};
+    p.first = row(from);
+    if (table != nullptr) p.table = table + from;
+    return p;
+  }
   // Rows [from, from + count), whole.
   GATED_ATTENTION_ALWAYS_INLINE void fetch(std::int64_t from, std::int64_t count) const {
-    if (from >= rows) return;
-    prefetch_rows(static_cast<const char*>(first) + from * stride_bytes, stride_bytes,
-                  from + count < rows ? count : rows - from, bytes);
+    const RowPrefetch p = part(from, count);
+    if (p.table == nullptr) {
+      prefetch_rows(p.first, p.stride_bytes, p.rows, p.bytes);
+    } else {
+      for (std::int64_t i = 0; i < p.rows; ++i) prefetch_rows(p.row(i), 0, 1, p.bytes);
+    }
   }
   std::int64_t lines_per_row() const { return (bytes + kCacheLineBytes - 1) / kCacheLineBytes; }
 };
@@ -59,8 +80,8 @@ struct RowPrefetch {
 struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;
-  const char* line = static_cast<const char*>(rows.first);  // line `offset` of row `row`
-  std::int64_t left = lines();                              // lines not fetched yet
+  const char* line = rows.rows > 0 ? rows.row(0) : nullptr;  // line `offset` of row `row`
+  std::int64_t left = lines();                               // lines not fetched yet
 
   std::int64_t lines() const { return rows.rows * rows.lines_per_row(); }
   // The next `count` lines (fewer at the end).
@@ -73,6 +94,7 @@ struct LineCursor {
         offset += kCacheLineBytes;
         line = static_cast<const char*>(rows.first) + offset;
       }
+      if (rows.table != nullptr) line = rows.row(row) + offset;
     }
   }
   // Every line not fetched yet.

@@ -79,12 +79,11 @@ struct StorageDot<bf16> {
 
   // Output dims [c, c + 32) of RB rows (stride out_stride) over num_keys V rows: V chunks of 32
   // bf16 (count valid), interleaved per key pair into dims [c, c + 16) and [c + 16, c + 32).
-  template <int RB>
+  template <int RB, class Rows>
   GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* pairs, std::int64_t stride,
-                                                  const bf16* values, std::int64_t value_stride,
-                                                  std::int64_t num_keys, int count, float* out,
-                                                  std::int64_t out_stride, LineCursor& ahead,
-                                                  std::int64_t lines_per_pair) {
+                                                  const Rows& values, std::int64_t num_keys,
+                                                  int count, float* out, std::int64_t out_stride,
+                                                  LineCursor& ahead, std::int64_t lines_per_pair) {
     const __m512i low = interleave_low(), high = interleave_high();
     const __mmask32 loads = first(count);
     const __mmask16 lo_mask = static_cast<__mmask16>((1u << std::min(count, 16)) - 1u);
@@ -97,10 +96,9 @@ struct StorageDot<bf16> {
     }
     for (std::int64_t n = 0; n < num_keys; n += 2) {
       ahead.fetch(lines_per_pair);
-      const __m512i a = _mm512_maskz_loadu_epi16(loads, values + n * value_stride);
-      const __m512i b = n + 1 < num_keys
-                            ? _mm512_maskz_loadu_epi16(loads, values + (n + 1) * value_stride)
-                            : _mm512_setzero_si512();
+      const __m512i a = _mm512_maskz_loadu_epi16(loads, values.row(n));
+      const __m512i b = n + 1 < num_keys ? _mm512_maskz_loadu_epi16(loads, values.row(n + 1))
+                                         : _mm512_setzero_si512();
       const __m512bh lo = as_bf16_pairs(_mm512_permutex2var_epi16(a, low, b));
       const __m512bh hi = as_bf16_pairs(_mm512_permutex2var_epi16(a, high, b));
       const std::uint32_t* w = pairs + n / 2 * stride;
@@ -120,33 +118,32 @@ struct StorageDot<bf16> {
 
   // RB rows, every chunk of dv; ahead: its lines fetched in even shares over the key pairs (see
   // docs/performance-notes.md, "Storage dot precision: vdpbf16ps and VNNI on the decode tiles").
-  template <int RB>
-  static void rows_chunks(const std::uint32_t* pairs, std::int64_t stride, const bf16* values,
-                          std::int64_t value_stride, std::int64_t num_keys, std::int64_t dv,
-                          float* out, std::int64_t out_stride, const RowPrefetch& ahead) {
+  template <int RB, class Rows>
+  static void rows_chunks(const std::uint32_t* pairs, std::int64_t stride, const Rows& values,
+                          std::int64_t num_keys, std::int64_t dv, float* out,
+                          std::int64_t out_stride, const RowPrefetch& ahead) {
     LineCursor cursor{ahead};
     const std::int64_t steps = (dv + 31) / 32 * ((num_keys + 1) / 2);
     const std::int64_t lines_per_pair = steps > 0 ? (cursor.lines() + steps - 1) / steps : 0;
     for (std::int64_t c = 0; c < dv; c += 32) {
       const int count = static_cast<int>(std::min<std::int64_t>(32, dv - c));
-      chunk<RB>(pairs, stride, values + c, value_stride, num_keys, count, out + c, out_stride,
-                cursor, lines_per_pair);
+      chunk<RB>(pairs, stride, values.shifted(c), num_keys, count, out + c, out_stride, cursor,
+                lines_per_pair);
     }
     cursor.fetch_rest();
   }
 
   // `rows` <= RB rows, by their compile-time count.
-  template <int RB = 8>
+  template <class Rows, int RB = 8>
   static void value_rows(std::int64_t count, const std::uint32_t* pairs, std::int64_t stride,
-                         const bf16* values, std::int64_t value_stride, std::int64_t num_keys,
-                         std::int64_t dv, float* out, std::int64_t out_stride,
-                         const RowPrefetch& ahead) {
+                         const Rows& values, std::int64_t num_keys, std::int64_t dv, float* out,
+                         std::int64_t out_stride, const RowPrefetch& ahead) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        rows_chunks<RB>(pairs, stride, values, value_stride, num_keys, dv, out, out_stride, ahead);
+        rows_chunks<RB>(pairs, stride, values, num_keys, dv, out, out_stride, ahead);
       } else {
-        value_rows<RB - 1>(count, pairs, stride, values, value_stride, num_keys, dv, out,
-                           out_stride, ahead);
+        value_rows<Rows, RB - 1>(count, pairs, stride, values, num_keys, dv, out, out_stride,
+                                 ahead);
       }
     }
   }
@@ -333,10 +330,9 @@ struct StorageDot<std::int8_t> {
 
   // Output dims [c, c + 64) (count valid) of RB rows over num_keys V rows, fetching
   // lines_per_quad lines of `ahead` per 4 keys.
-  template <int RB>
+  template <int RB, class Rows>
   GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* quads, std::int64_t stride,
-                                                  const std::int8_t* values,
-                                                  std::int64_t value_stride, std::int64_t num_keys,
+                                                  const Rows& values, std::int64_t num_keys,
                                                   int count, float* out, std::int64_t out_stride,
                                                   LineCursor& ahead, std::int64_t lines_per_quad) {
     __m512i acc[RB][4];
@@ -351,7 +347,7 @@ struct StorageDot<std::int8_t> {
       __m512i v[4];
       GATED_ATTENTION_UNROLL
       for (int i = 0; i < 4; ++i) {
-        v[i] = n + i < num_keys ? _mm512_maskz_loadu_epi8(loads, values + (n + i) * value_stride)
+        v[i] = n + i < num_keys ? _mm512_maskz_loadu_epi8(loads, values.row(n + i))
                                 : _mm512_setzero_si512();
       }
       // Lane (l, i) of x[j]: dim 16 l + 4 j + i's bytes of the 4 keys.
@@ -395,47 +391,45 @@ struct StorageDot<std::int8_t> {
   }
 
   // RB <= 4 rows, every chunk of dv; ahead: its lines fetched in even shares over the quads.
-  template <int RB>
-  static void rows_chunks(const std::uint32_t* quads, std::int64_t stride,
-                          const std::int8_t* values, std::int64_t value_stride,
+  template <int RB, class Rows>
+  static void rows_chunks(const std::uint32_t* quads, std::int64_t stride, const Rows& values,
                           std::int64_t num_keys, std::int64_t dv, float* out,
                           std::int64_t out_stride, LineCursor& cursor,
                           std::int64_t lines_per_quad) {
     for (std::int64_t c = 0; c < dv; c += 64) {
       const int count = static_cast<int>(std::min<std::int64_t>(64, dv - c));
-      chunk<RB>(quads, stride, values + c, value_stride, num_keys, count, out + c, out_stride,
-                cursor, lines_per_quad);
+      chunk<RB>(quads, stride, values.shifted(c), num_keys, count, out + c, out_stride, cursor,
+                lines_per_quad);
     }
   }
 
-  template <int RB = 4>
+  template <class Rows, int RB = 4>
   static void row_group(std::int64_t count, const std::uint32_t* quads, std::int64_t stride,
-                        const std::int8_t* values, std::int64_t value_stride, std::int64_t num_keys,
-                        std::int64_t dv, float* out, std::int64_t out_stride, LineCursor& cursor,
-                        std::int64_t lines_per_quad) {
+                        const Rows& values, std::int64_t num_keys, std::int64_t dv, float* out,
+                        std::int64_t out_stride, LineCursor& cursor, std::int64_t lines_per_quad) {
     if constexpr (RB > 0) {
       if (count == RB) {
-        rows_chunks<RB>(quads, stride, values, value_stride, num_keys, dv, out, out_stride, cursor,
+        rows_chunks<RB>(quads, stride, values, num_keys, dv, out, out_stride, cursor,
                         lines_per_quad);
       } else {
-        row_group<RB - 1>(count, quads, stride, values, value_stride, num_keys, dv, out, out_stride,
-                          cursor, lines_per_quad);
+        row_group<Rows, RB - 1>(count, quads, stride, values, num_keys, dv, out, out_stride, cursor,
+                                lines_per_quad);
       }
     }
   }
 
   // O [rows, dv] += W V, W packed by pack_weights; ahead fetched along the way.
+  template <class Rows>
   static void value_rows(std::int64_t rows, const std::uint32_t* quads, std::int64_t stride,
-                         const std::int8_t* values, std::int64_t value_stride,
-                         std::int64_t num_keys, std::int64_t dv, float* out,
+                         const Rows& values, std::int64_t num_keys, std::int64_t dv, float* out,
                          std::int64_t out_stride, const RowPrefetch& ahead) {
     LineCursor cursor{ahead};
     const std::int64_t groups = (rows + 3) / 4;
     const std::int64_t steps = groups * ((dv + 63) / 64) * ((num_keys + 3) / 4);
     const std::int64_t lines_per_quad = steps > 0 ? (cursor.lines() + steps - 1) / steps : 0;
     for (std::int64_t r = 0; r < rows; r += 4) {  // quads + r: the group's weights and scales
-      row_group(std::min<std::int64_t>(4, rows - r), quads + r, stride, values, value_stride,
-                num_keys, dv, out + r * out_stride, out_stride, cursor, lines_per_quad);
+      row_group(std::min<std::int64_t>(4, rows - r), quads + r, stride, values, num_keys, dv,
+                out + r * out_stride, out_stride, cursor, lines_per_quad);
     }
     cursor.fetch_rest();
   }

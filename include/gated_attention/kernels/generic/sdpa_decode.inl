@@ -75,97 +75,131 @@ struct DecodeBlocks {
   // Head h's share of `rows` of `heads`, in order: what its P.V phase fetches.
   static RowPrefetch head_share(const RowPrefetch& rows, std::int64_t heads, std::int64_t h) {
     const std::int64_t per = (rows.rows + heads - 1) / heads;
-    const std::int64_t from = std::min(rows.rows, h * per);
-    if (from == rows.rows) return RowPrefetch{};
-    return RowPrefetch{static_cast<const char*>(rows.first) + from * rows.stride_bytes,
-                       rows.stride_bytes, std::min(per, rows.rows - from), rows.bytes};
+    return rows.part(h * per, per);
   }
 
-  // A block's keys in runs that each lie in one page (or all of them, gathered or not paged).
+  // A block's keys in runs that each lie in one page (or all of them: not paged, or read through
+  // a table of rows).
   static constexpr std::int64_t kMaxSegments = kBlock / kDecodeMinPageInPlace + 2;
+  template <class Rows>
   struct Segment {
     std::int64_t first, keys;  // keys [first, first + keys), first relative to the block
-    KvRows<VT> values;
+    KvRows<Rows> values;
     RowPrefetch keys_ahead;  // the K rows its P.V tiles fetch, shared by the heads
   };
+  // Small pages read through tables of rows rather than gathered: where the V tiles read rows
+  // where they lie (the packed tiles gather).
+  static constexpr bool kTableReads = Values::kStorage || Values::kInPlace;
 
   // Head h's O += P V for one segment (`scores`: its first key's row of P^T); next_keys: the K rows
   // its tiles fetch.
-  static void segment_values(const UnitWork<T, KT, VT>& u, std::int64_t h, const Segment& seg,
+  template <class Rows>
+  static void segment_values(const UnitWork<T, KT, VT>& u, std::int64_t h, const Segment<Rows>& seg,
                              float* scores, std::int64_t stride, bool all_visible,
                              const RowPrefetch& next_keys) {
     const SdpaWorkerScratch& w = u.w;
-    const std::int64_t dvp = u.plan.dv_padded, v_stride = seg.values.key_stride, nb = seg.keys;
-    const VT* values = seg.values.head(h);
+    const std::int64_t dvp = u.plan.dv_padded, nb = seg.keys;
+    const Rows values = seg.values.head(h);
     float* out = w.out + h * u.out_size();
     if constexpr (std::is_same_v<VT, std::int8_t> && !Values::kStorage) {
       u.scale_by_rows(seg.values.head_scales(h), scores, nb, stride, stride);
     }
-    if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, v_stride,
-                                                         nb, head_dim<kDv>(u.dv), out, dvp)) {
+    if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, nb,
+                                                         head_dim<kDv>(u.dv), out, dvp)) {
       return;
     }
     constexpr bool kWidenOnce =
         Values::kInPlace && !std::is_same_v<VT, float> && Tuning::kWidenOncePerUnit;
     if constexpr (Values::kStorage) {
-      Values::accumulate_storage(scores, stride, u.rows, values, v_stride,
-                                 seg.values.head_scales(h), nb, head_dim<kDv>(u.dv), out, dvp,
-                                 w.kv_block, next_keys);
+      if constexpr (std::is_same_v<Rows, TableRows<VT>>) {
+        // The storage tiles walk each column chunk down every row of the block: L1 fetches for
+        // table rows, which the hardware prefetcher does not follow as it does strided ones.
+        values.fetch_rows(0, nb, head_dim<kDv>(u.dv) * static_cast<std::int64_t>(sizeof(VT)))
+            .fetch(0, nb);
+      }
+      Values::accumulate_storage(scores, stride, u.rows, values, seg.values.head_scales(h), nb,
+                                 head_dim<kDv>(u.dv), out, dvp, w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
-      widen_rows(values, v_stride, nb, kDv, w.kv_block);
-      ValueTiles<float, kDv>::accumulate_in_place(scores, stride, u.rows, w.kv_block, kDv, nb, out,
-                                                  dvp, next_keys);
+      for (std::int64_t n = 0; n < nb; ++n)
+        widen_rows(values.row(n), 0, 1, kDv, w.kv_block + n * kDv);
+      ValueTiles<float, kDv>::accumulate_in_place(
+          scores, stride, u.rows, StridedRows<float>{w.kv_block, kDv}, nb, out, dvp, next_keys);
     } else if constexpr (Values::kInPlace) {
-      Values::accumulate_in_place(scores, stride, u.rows, values, v_stride, nb, out, dvp,
-                                  next_keys);
+      Values::accumulate_in_place(scores, stride, u.rows, values, nb, out, dvp, next_keys);
     } else {
       next_keys.fetch(0, next_keys.rows);
-      Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.kv_block);
+      Values::pack(values.first, values.stride, nb, head_dim<kDv>(u.dv), dvp, w.kv_block);
       Values::accumulate_packed(scores, stride, u.rows, w.kv_block, nb, dvp, out);
     }
   }
 
-  // Head h's softmax and P.V for keys [n0, n0 + nb), each segment fetching head h's share of its
-  // K rows ahead.
-  static void head_block(const UnitWork<T, KT, VT>& u, std::int64_t h, const Segment* segs,
-                         std::int64_t num_segs, std::int64_t n0, std::int64_t nb,
-                         std::int64_t stride, bool all_visible) {
-    float* scores = u.w.scores + h * kBlock * stride;  // one block per head
-    update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
-    for (std::int64_t i = 0; i < num_segs; ++i) {
-      segment_values(u, h, segs[i], scores + segs[i].first * stride, stride, all_visible,
-                     head_share(segs[i].keys_ahead, u.heads, h));
+  // Each head's softmax and P.V for keys [n0, n0 + nb), each segment fetching head h's share of
+  // its K rows ahead.
+  template <class Rows>
+  static void head_blocks(const UnitWork<T, KT, VT>& u, const Segment<Rows>* segs,
+                          std::int64_t num_segs, std::int64_t n0, std::int64_t nb,
+                          std::int64_t stride, bool all_visible) {
+    for (std::int64_t h = 0; h < u.heads; ++h) {
+      float* scores = u.w.scores + h * kBlock * stride;  // one block per head
+      if constexpr (kScaleScores) scale_scores(scores, nb, u.rows, stride, u.scale_log2);
+      update_softmax(u, h, scores, n0, nb, std::min(u.rows_v, stride), stride, all_visible);
+      for (std::int64_t i = 0; i < num_segs; ++i) {
+        segment_values(u, h, segs[i], scores + segs[i].first * stride, stride, all_visible,
+                       head_share(segs[i].keys_ahead, u.heads, h));
+      }
     }
   }
 
-  // Keys [n0, n0 + nb) of every head of the unit.
+  // Keys [n0, n0 + nb) of every head of the unit, in runs that lie in one page each.
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
                     std::int64_t stride, bool all_visible) {
+    if constexpr (kTableReads) {
+      if (u.geometry.gathers) return table_block(u, n0, nb, stride, all_visible);
+    }
     const SdpaArgs<T, KT, VT>& a = u.args;
     // Each segment's tiles fetch the same keys of a later block: V Tuning::kDecodeFetchBlocks
     // blocks ahead, K at least the next block's (the scores have read this one's).
     const std::int64_t values_ahead = Tuning::kDecodeFetchBlocks * kBlock;
     const std::int64_t keys_ahead = std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
-    Segment segs[kMaxSegments];
+    Segment<StridedRows<VT>> segs[kMaxSegments];
     std::int64_t num_segs = 0;
     for (std::int64_t s0 = n0, s1 = 0; s0 < n0 + nb; s0 = s1, ++num_segs) {
       s1 = u.segment_end(s0, n0 + nb);
-      const KvRows<KT> keys = u.key_rows(s0, s1 - s0);
+      const auto keys = u.key_rows(s0, s1 - s0);
       segs[num_segs] = {s0 - n0, s1 - s0, u.value_rows(s0, s1 - s0),
                         block_rows(u, a.k, s0 + keys_ahead, s1 - s0, head_dim<kDk>(u.dk))};
-      Scores::decode_scores(u.heads, u.rows, keys.first, keys.key_stride, keys.head_stride, s1 - s0,
-                            u.w.q_t, u.q_size(), u.dk_padded(), head_dim<kDk>(u.dk),
+      Scores::decode_scores(u.heads, u.rows, keys.rows, keys.head_stride, s1 - s0, u.w.q_t,
+                            u.q_size(), u.dk_padded(), head_dim<kDk>(u.dk),
                             u.w.scores + (s0 - n0) * stride, kBlock * stride, stride,
                             keys.head_scales(0), keys.scale_head_stride,
                             block_rows(u, a.v, s0 + values_ahead, s1 - s0, head_dim<kDv>(u.dv)));
     }
-    for (std::int64_t h = 0; h < u.heads; ++h) {
-      if constexpr (kScaleScores) {
-        scale_scores(u.w.scores + h * kBlock * stride, nb, u.rows, stride, u.scale_log2);
-      }
-      head_block(u, h, segs, num_segs, n0, nb, stride, all_visible);
-    }
+    head_blocks(u, segs, num_segs, n0, nb, stride, all_visible);
+  }
+
+  // block() for small pages: K and V read where they lie through tables of rows; the tiles fetch
+  // the rows of the block Tuning::kDecodeFetchBlocks ahead (K at least the next block's) as in
+  // block().
+  static void table_block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
+                          std::int64_t stride, bool all_visible) {
+    const SdpaArgs<T, KT, VT>& a = u.args;
+    const std::int64_t values_ahead = Tuning::kDecodeFetchBlocks * kBlock;
+    const std::int64_t keys_ahead = std::max<std::int64_t>(Tuning::kDecodeFetchBlocks, 1) * kBlock;
+    const void* key_table[kBlock];
+    const void* value_table[kBlock];
+    const void* keys_ahead_table[kBlock];
+    const void* values_ahead_table[kBlock];
+    const auto keys = u.kv_table(a.k, a.maybe_k_scales, n0, nb, key_table, u.w.k_row_scales);
+    const Segment<TableRows<VT>> seg{
+        0, nb, u.kv_table(a.v, a.maybe_v_scales, n0, nb, value_table, u.w.v_row_scales),
+        u.table_fetch(a.k, n0 + keys_ahead, nb, head_dim<kDk>(u.dk), keys_ahead_table)};
+    Scores::decode_scores(
+        u.heads, u.rows, keys.rows, keys.head_stride, nb, u.w.q_t, u.q_size(), u.dk_padded(),
+        head_dim<kDk>(u.dk), u.w.scores, kBlock * stride, stride, keys.head_scales(0),
+        keys.scale_head_stride,
+        u.table_fetch(a.v, n0 + values_ahead, nb, head_dim<kDv>(u.dv), values_ahead_table));
+    head_blocks(u, &seg, 1, n0, nb, stride, all_visible);
   }
 
   static void run(const UnitWork<T, KT, VT>& u) {

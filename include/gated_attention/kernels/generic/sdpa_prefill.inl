@@ -27,11 +27,11 @@ struct PrefillBlocks {
                     bool all_visible) {
     const SdpaWorkerScratch& w = u.w;
     const std::int64_t rs = u.row_stride(), dvp = u.plan.dv_padded;
-    const KvRows<KT> key_rows = u.key_rows(n0, nb);
-    const KvRows<VT> value_rows = u.value_rows(n0, nb);
-    const KT* keys = key_rows.first;
-    const VT* values = value_rows.first;
-    const std::int64_t k_stride = key_rows.key_stride, v_stride = value_rows.key_stride;
+    const KvRows<StridedRows<KT>> key_rows = u.key_rows(n0, nb);
+    const KvRows<StridedRows<VT>> value_rows = u.value_rows(n0, nb);
+    const KT* keys = key_rows.rows.first;
+    const VT* values = value_rows.rows.first;
+    const std::int64_t k_stride = key_rows.rows.stride, v_stride = value_rows.rows.stride;
     Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
                            w.kv_block);
     if constexpr (kScaleScores) scale_scores(w.scores, nb, u.rows_v, rs, u.scale_log2);
@@ -42,7 +42,7 @@ struct PrefillBlocks {
     if constexpr (std::is_same_v<VT, std::int8_t>) {
       u.scale_by_rows(value_rows.head_scales(0), w.scores, nb, u.rows_v, rs);
     }
-    if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, values, v_stride, nb,
+    if (!all_visible && Values::accumulate_if_not_finite(w.scores, rs, u.rows, value_rows.rows, nb,
                                                          head_dim<kDv>(u.dv), w.out, dvp)) {
       return;
     }

@@ -261,15 +261,15 @@ struct ScoreTiles {
 
   // S^T[k, r] for KB keys and RB rows; q_rows is [rows, q_stride], zero-padded to whole vectors
   // and in order_query's order. ahead: `lines` lines fetched, spread over the tile's steps along d.
-  template <int KB, int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const KT* keys, std::int64_t key_stride,
-                                                     const float* q_rows, std::int64_t q_stride,
-                                                     std::int64_t dk, float* scores,
-                                                     std::int64_t row_stride, RowScales scales,
-                                                     LineCursor& ahead, std::int64_t lines) {
+  template <int KB, int RB, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_tile(const Rows& keys, const float* q_rows,
+                                                     std::int64_t q_stride, std::int64_t dk,
+                                                     float* scores, std::int64_t row_stride,
+                                                     RowScales scales, LineCursor& ahead,
+                                                     std::int64_t lines) {
     if constexpr (kStorage) {
-      storage_dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, scores, row_stride, scales,
-                               ahead, lines);
+      storage_dot_tile<KB, RB>(keys, q_rows, q_stride, dk, scores, row_stride, scales, ahead,
+                               lines);
       return;
     }
     V acc[KB][RB];
@@ -289,12 +289,12 @@ struct ScoreTiles {
       if constexpr (kPairs) {
         V odd[KB];
         GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) S::load_pairs(keys + k * key_stride + d, kv[k], odd[k]);
+        for (int k = 0; k < KB; ++k) S::load_pairs(keys.row(k) + d, kv[k], odd[k]);
         dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
         dot_step<KB, RB>(acc, odd, q_rows + d + L, q_stride);
       } else {
         GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) kv[k] = load_row_vector(keys + k * key_stride + d);
+        for (int k = 0; k < KB; ++k) kv[k] = load_row_vector(keys.row(k) + d);
         dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
       }
     }
@@ -302,7 +302,7 @@ struct ScoreTiles {
       const int count = static_cast<int>(std::min<std::int64_t>(L, depth - d));
       V kv[KB];
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys + k * key_stride + d, count);
+      for (int k = 0; k < KB; ++k) kv[k] = S::load_partial(keys.row(k) + d, count);
       dot_step<KB, RB>(acc, kv, q_rows + d, q_stride);
     }
     ahead.fetch(lines - per_step * steps);
@@ -325,11 +325,12 @@ struct ScoreTiles {
   }
 
   // dot_tile by the storage dot: q_rows as Dot::pack_query left them (q_stride floats apart).
-  template <int KB, int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void storage_dot_tile(
-      const KT* keys, std::int64_t key_stride, const float* q_rows, std::int64_t q_stride,
-      std::int64_t dk, float* scores, std::int64_t row_stride, RowScales scales, LineCursor& ahead,
-      std::int64_t lines) {
+  template <int KB, int RB, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void storage_dot_tile(const Rows& keys, const float* q_rows,
+                                                             std::int64_t q_stride, std::int64_t dk,
+                                                             float* scores, std::int64_t row_stride,
+                                                             RowScales scales, LineCursor& ahead,
+                                                             std::int64_t lines) {
     if constexpr (kDk > 0) q_stride = round_up(kDk, kRowPadding);  // constant offsets
     typename Dot::Acc acc[KB][RB];
     GATED_ATTENTION_UNROLL
@@ -347,7 +348,7 @@ struct ScoreTiles {
       ahead.fetch(per_step);
       typename Dot::Raw kv[KB];
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = Dot::load(keys + k * key_stride + d);
+      for (int k = 0; k < KB; ++k) kv[k] = Dot::load(keys.row(k) + d);
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const typename Dot::Raw q = Dot::load_query(q_rows + r * q_stride, d);
@@ -359,7 +360,7 @@ struct ScoreTiles {
       const int count = static_cast<int>(depth - whole);
       typename Dot::Raw kv[KB];
       GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = Dot::load_partial(keys + k * key_stride + whole, count);
+      for (int k = 0; k < KB; ++k) kv[k] = Dot::load_partial(keys.row(k) + whole, count);
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
         const typename Dot::Raw q = Dot::load_query_partial(q_rows + r * q_stride, whole, count);
@@ -418,57 +419,58 @@ struct ScoreTiles {
   }
 
   // The block's keys for RB rows, keys_per_tile(RB) at a time.
-  template <int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const KT* keys, std::int64_t key_stride,
-                                                     std::int64_t num_keys, const float* q_rows,
-                                                     std::int64_t q_stride, std::int64_t dk,
-                                                     float* s, std::int64_t row_stride,
-                                                     RowScales scales, LineCursor& ahead,
+  template <int RB, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_rows(const Rows& keys, std::int64_t num_keys,
+                                                     const float* q_rows, std::int64_t q_stride,
+                                                     std::int64_t dk, float* s,
+                                                     std::int64_t row_stride, RowScales scales,
+                                                     LineCursor& ahead,
                                                      std::int64_t lines_per_tile) {
     constexpr int KB = keys_per_tile(RB);
     std::int64_t n = 0;
     for (; n + KB <= num_keys; n += KB) {
-      dot_tile<KB, RB>(keys + n * key_stride, key_stride, q_rows, q_stride, dk, s + n * row_stride,
-                       row_stride, scales.advanced(n), ahead, lines_per_tile);
+      dot_tile<KB, RB>(keys.advanced(n), q_rows, q_stride, dk, s + n * row_stride, row_stride,
+                       scales.advanced(n), ahead, lines_per_tile);
     }
     if (n < num_keys) {
-      dot_remainder<RB, KB - 1>(num_keys - n, keys + n * key_stride, key_stride, q_rows, q_stride,
-                                dk, s + n * row_stride, row_stride, scales.advanced(n), ahead,
+      dot_remainder<RB, KB - 1>(num_keys - n, keys.advanced(n), q_rows, q_stride, dk,
+                                s + n * row_stride, row_stride, scales.advanced(n), ahead,
                                 lines_per_tile);
     }
   }
 
   // The last count < KB keys in one tile of count keys (a tile per key would leave RB
   // accumulator chains, bound by the FMA latency).
-  template <int RB, int KB>
-  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(
-      std::int64_t count, const KT* keys, std::int64_t key_stride, const float* q_rows,
-      std::int64_t q_stride, std::int64_t dk, float* s, std::int64_t row_stride, RowScales scales,
-      LineCursor& ahead, std::int64_t lines) {
+  template <int RB, int KB, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void dot_remainder(std::int64_t count, const Rows& keys,
+                                                          const float* q_rows,
+                                                          std::int64_t q_stride, std::int64_t dk,
+                                                          float* s, std::int64_t row_stride,
+                                                          RowScales scales, LineCursor& ahead,
+                                                          std::int64_t lines) {
     if constexpr (KB > 0) {
       if (count == KB) {
-        dot_tile<KB, RB>(keys, key_stride, q_rows, q_stride, dk, s, row_stride, scales, ahead,
-                         lines);
+        dot_tile<KB, RB>(keys, q_rows, q_stride, dk, s, row_stride, scales, ahead, lines);
       } else {
-        dot_remainder<RB, KB - 1>(count, keys, key_stride, q_rows, q_stride, dk, s, row_stride,
-                                  scales, ahead, lines);
+        dot_remainder<RB, KB - 1>(count, keys, q_rows, q_stride, dk, s, row_stride, scales, ahead,
+                                  lines);
       }
     }
   }
 
   // A group of `rows` <= RB rows, by its compile-time row count.
-  template <int RB = kDotTileRows>
-  static void dot_group(std::int64_t rows, const KT* keys, std::int64_t key_stride,
-                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
-                        std::int64_t dk, float* s, std::int64_t row_stride, RowScales scales,
-                        LineCursor& ahead, std::int64_t lines_per_tile) {
+  template <class Rows, int RB = kDotTileRows>
+  static void dot_group(std::int64_t rows, const Rows& keys, std::int64_t num_keys,
+                        const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
+                        std::int64_t row_stride, RowScales scales, LineCursor& ahead,
+                        std::int64_t lines_per_tile) {
     if constexpr (RB > 0) {
       if (rows == RB) {
-        dot_rows<RB>(keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride, scales, ahead,
+        dot_rows<RB>(keys, num_keys, q_rows, q_stride, dk, s, row_stride, scales, ahead,
                      lines_per_tile);
       } else {
-        dot_group<RB - 1>(rows, keys, key_stride, num_keys, q_rows, q_stride, dk, s, row_stride,
-                          scales, ahead, lines_per_tile);
+        dot_group<Rows, RB - 1>(rows, keys, num_keys, q_rows, q_stride, dk, s, row_stride, scales,
+                                ahead, lines_per_tile);
       }
     }
   }
@@ -480,13 +482,13 @@ struct ScoreTiles {
   // head h's key_scale_head_stride floats on. ahead: rows (the V rows the next phase reads)
   // fetched by the tiles in even shares, spread over each tile's steps along d, and all of them
   // by the end.
-  static void decode_scores(std::int64_t heads, std::int64_t rows, const KT* keys,
-                            std::int64_t key_stride, std::int64_t key_head_stride,
-                            std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
-                            std::int64_t q_stride, std::int64_t dk, float* s,
-                            std::int64_t s_head_stride, std::int64_t row_stride,
-                            RowScales key_scales, std::int64_t key_scale_head_stride,
-                            const RowPrefetch& ahead) {
+  template <class Rows>
+  static void decode_scores(std::int64_t heads, std::int64_t rows, const Rows& keys,
+                            std::int64_t key_head_stride, std::int64_t num_keys,
+                            const float* q_rows, std::int64_t q_head_stride, std::int64_t q_stride,
+                            std::int64_t dk, float* s, std::int64_t s_head_stride,
+                            std::int64_t row_stride, RowScales key_scales,
+                            std::int64_t key_scale_head_stride, const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotTileRows - 1) / kDotTileRows;
     const std::int64_t step =
         keys_per_tile(static_cast<int>(std::min<std::int64_t>(kDotTileRows, rows)));
@@ -500,7 +502,7 @@ struct ScoreTiles {
         if (head_scales.first != nullptr) head_scales.first += h * key_scale_head_stride;
         for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
           dot_group(std::min<std::int64_t>(kDotTileRows, rows - r),
-                    keys + h * key_head_stride + n * key_stride, key_stride, count,
+                    keys.shifted(h * key_head_stride).advanced(n), count,
                     q_rows + h * q_head_stride + r * q_stride, q_stride, dk,
                     s + h * s_head_stride + n * row_stride + r, row_stride, head_scales, cursor,
                     lines_per_tile);

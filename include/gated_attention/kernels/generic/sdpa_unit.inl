@@ -4,16 +4,17 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-// Keys [n0, n0 + nb) of K or V for a unit's heads, as strided rows: where they lie (contiguous
-// views, or one page), or gathered into the worker's scratch (small pages).
-template <class E>
+// Keys [n0, n0 + nb) of K or V for a unit's heads: strided rows where they lie (contiguous views,
+// or one page) or gathered into the worker's scratch, or a table of rows where they lie (small
+// pages, decode).
+template <class Rows>
 struct KvRows {
-  const E* first = nullptr;  // key n0 of the unit's first head
-  std::int64_t key_stride = 0, head_stride = 0;
+  Rows rows;  // from key n0 of the unit's first head
+  std::int64_t head_stride = 0;
   const float* scales = nullptr;  // its row scale (int8), else null
   std::int64_t scale_key_stride = 0, scale_head_stride = 0;
 
-  const E* head(std::int64_t h) const { return first + h * head_stride; }
+  Rows head(std::int64_t h) const { return rows.shifted(h * head_stride); }
   RowScales head_scales(std::int64_t h) const {
     return {scales != nullptr ? scales + h * scale_head_stride : nullptr, scale_key_stride};
   }
@@ -69,13 +70,13 @@ struct UnitWork {
   // `row_scales`, [nb, heads, d] and [nb, heads], each key copied fetching the one
   // Tuning::kGatherFetchKeys later.
   template <class E>
-  KvRows<E> kv_rows(const TensorView<const E, 4>& t, const TensorView<const float, 3>& scales,
-                    std::int64_t n0, std::int64_t nb, void* rows, float* row_scales) const {
+  KvRows<StridedRows<E>> kv_rows(const TensorView<const E, 4>& t,
+                                 const TensorView<const float, 3>& scales, std::int64_t n0,
+                                 std::int64_t nb, void* rows, float* row_scales) const {
     const KeyAt at = args.key_at(unit.batch, n0);
     if (!geometry.gathers) {
       const float* s = scales.data != nullptr ? &scales(at.index, at.row, unit.kv_head) : nullptr;
-      return {&t(at.index, at.row, unit.kv_head, 0),
-              t.strides[1],
+      return {{&t(at.index, at.row, unit.kv_head, 0), t.strides[1]},
               t.strides[2],
               s,
               scales.strides[1],
@@ -98,18 +99,56 @@ struct UnitWork {
       for (std::int64_t h = 0; h < heads; ++h) {
         const E* from = &t(key.index, key.row, unit.kv_head + h, 0);
         std::copy(from, from + d, to + (n * heads + h) * d);
-        if (scales.data != nullptr) {
-          row_scales[n * heads + h] = scales(key.index, key.row, unit.kv_head + h);
-        }
       }
+      gather_row_scales(scales, key, n, row_scales);
     }
-    return {to, heads * d, d, scales.data != nullptr ? row_scales : nullptr, heads, 1};
+    return {{to, heads * d}, d, scales.data != nullptr ? row_scales : nullptr, heads, 1};
   }
-  KvRows<KT> key_rows(std::int64_t n0, std::int64_t nb) const {
+  KvRows<StridedRows<KT>> key_rows(std::int64_t n0, std::int64_t nb) const {
     return kv_rows(args.k, args.maybe_k_scales, n0, nb, w.k_rows, w.k_row_scales);
   }
-  KvRows<VT> value_rows(std::int64_t n0, std::int64_t nb) const {
+  KvRows<StridedRows<VT>> value_rows(std::int64_t n0, std::int64_t nb) const {
     return kv_rows(args.v, args.maybe_v_scales, n0, nb, w.v_rows, w.v_row_scales);
+  }
+
+  // Key `key`'s row scales of the unit's heads (if any) into row_scales[n * heads, + heads).
+  void gather_row_scales(const TensorView<const float, 3>& scales, const KeyAt& key, std::int64_t n,
+                         float* row_scales) const {
+    if (scales.data == nullptr) return;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      row_scales[n * heads + h] = scales(key.index, key.row, unit.kv_head + h);
+    }
+  }
+
+  // Keys [n0, n0 + nb) of `t` for the unit's heads read where they lie, through `table` (nb
+  // entries: each key's row of the first head); their row scales gathered into `row_scales`.
+  template <class E>
+  KvRows<TableRows<E>> kv_table(const TensorView<const E, 4>& t,
+                                const TensorView<const float, 3>& scales, std::int64_t n0,
+                                std::int64_t nb, const void** table, float* row_scales) const {
+    for (std::int64_t n = 0; n < nb; ++n) {
+      const KeyAt key = args.key_at(unit.batch, n0 + n);
+      table[n] = &t(key.index, key.row, unit.kv_head, 0);
+      gather_row_scales(scales, key, n, row_scales);
+    }
+    return {{table, 0}, t.strides[2], scales.data != nullptr ? row_scales : nullptr, heads, 1};
+  }
+
+  // The rows of keys [n0, n0 + nb) of `t` (`dims` elements of each head), none past the task's
+  // keys, through `table`, for a phase's tiles to fetch: each key's heads as one run where they
+  // lie within its stride, else its first head's row.
+  template <class E>
+  RowPrefetch table_fetch(const TensorView<const E, 4>& t, std::int64_t n0, std::int64_t nb,
+                          std::int64_t dims, const void** table) const {
+    constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
+    const std::int64_t keys = std::max<std::int64_t>(0, std::min(end, n0 + nb) - n0);
+    for (std::int64_t n = 0; n < keys; ++n) {
+      const KeyAt key = args.key_at(unit.batch, n0 + n);
+      table[n] = &t(key.index, key.row, unit.kv_head, 0);
+    }
+    const std::int64_t key_span = (heads - 1) * t.strides[2] + dims;
+    return TableRows<E>{table, 0}.fetch_rows(0, keys,
+                                             (key_span <= t.strides[1] ? key_span : dims) * kBytes);
   }
 
   // Rows [0, nb) of S^T or P^T (`cols` of each, `stride` apart) times the keys' row scales: the

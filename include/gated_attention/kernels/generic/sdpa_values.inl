@@ -23,13 +23,13 @@ struct ValueTiles {
 
   // Whether every value of num_keys V rows is finite (then a zero weight times any of them is 0,
   // and a block some rows see only in part can take the tiles below).
-  static bool values_finite(const VT* values, std::int64_t value_stride, std::int64_t num_keys,
-                            std::int64_t dv) {
+  template <class Rows>
+  static bool values_finite(const Rows& values, std::int64_t num_keys, std::int64_t dv) {
     if constexpr (std::is_same_v<VT, std::int8_t>) return true;  // and finite scales
     const V zero = S::zero();
     V non_finite = zero;  // x * 0 is 0 for finite x, NaN for NaN and +-Inf
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const VT* row = values + n * value_stride;
+      const VT* row = values.row(n);
       for (std::int64_t c = 0; c < dv; c += L) {
         const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
         const V x = load_row_part(row + c, count);
@@ -41,10 +41,10 @@ struct ValueTiles {
 
   // O[r] += sum_n P^T[n, r] V[n] over the keys whose weight is not zero: exact where V holds NaN
   // or Inf (0 * NaN is NaN).
+  template <class Rows>
   static void accumulate_skipping_zero_weights(const float* p, std::int64_t row_stride,
-                                               std::int64_t rows, const VT* values,
-                                               std::int64_t value_stride, std::int64_t num_keys,
-                                               std::int64_t dv, float* out,
+                                               std::int64_t rows, const Rows& values,
+                                               std::int64_t num_keys, std::int64_t dv, float* out,
                                                std::int64_t out_stride) {
     for (std::int64_t r = 0; r < rows; ++r) {
       float* o = out + r * out_stride;
@@ -52,7 +52,7 @@ struct ValueTiles {
         const float weight = p[n * row_stride + r];
         if (weight == 0.0f) continue;
         const V wv = S::set1(weight);
-        const VT* row = values + n * value_stride;
+        const VT* row = values.row(n);
         for (std::int64_t c = 0; c < dv; c += L) {
           const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
           if (count == L) {
@@ -69,13 +69,12 @@ struct ValueTiles {
 
   // For a block that some rows see only in part: accumulates it exactly and returns true when V
   // holds NaN or Inf; returns false (nothing done) when it is finite.
+  template <class Rows>
   static bool accumulate_if_not_finite(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                       const VT* values, std::int64_t value_stride,
-                                       std::int64_t num_keys, std::int64_t dv, float* out,
-                                       std::int64_t out_stride) {
-    if (values_finite(values, value_stride, num_keys, dv)) return false;
-    accumulate_skipping_zero_weights(p, row_stride, rows, values, value_stride, num_keys, dv, out,
-                                     out_stride);
+                                       const Rows& values, std::int64_t num_keys, std::int64_t dv,
+                                       float* out, std::int64_t out_stride) {
+    if (values_finite(values, num_keys, dv)) return false;
+    accumulate_skipping_zero_weights(p, row_stride, rows, values, num_keys, dv, out, out_stride);
     return true;
   }
 
@@ -228,19 +227,18 @@ struct ValueTiles {
   // O [rows, dv] (out_stride apart) += P V for P^T [num_keys, row_stride], P (times the int8 V
   // rows' scales) rounded as the storage dot reads it (into `staging`); ahead: rows fetched in
   // even shares along the way.
+  template <class Rows>
   static void accumulate_storage(float* p, std::int64_t row_stride, std::int64_t rows,
-                                 const VT* values, std::int64_t value_stride,
-                                 RowScales value_scales, std::int64_t num_keys, std::int64_t dv,
-                                 float* out, std::int64_t out_stride, float* staging,
-                                 const RowPrefetch& ahead) {
+                                 const Rows& values, RowScales value_scales, std::int64_t num_keys,
+                                 std::int64_t dv, float* out, std::int64_t out_stride,
+                                 float* staging, const RowPrefetch& ahead) {
     auto* weights = reinterpret_cast<std::uint32_t*>(staging);
     if constexpr (std::is_same_v<VT, std::int8_t>) {
       Dot::pack_weights(p, row_stride, num_keys, value_scales.first, value_scales.stride, weights);
     } else {
       Dot::pack_weights(p, row_stride, num_keys, weights);
     }
-    Dot::value_rows(rows, weights, row_stride, values, value_stride, num_keys, dv, out, out_stride,
-                    ahead);
+    Dot::value_rows(rows, weights, row_stride, values, num_keys, dv, out, out_stride, ahead);
   }
 
   // ---- V read in place (decode) ----
@@ -282,12 +280,10 @@ struct ValueTiles {
   // key loop addresses the output at constant offsets. ahead: `lines` lines fetched, spread over
   // the keys (divided at run time even for NK > 0: see docs/performance-notes.md, "Decode P.V
   // tile: runtime key-count division").
-  template <int RB, int CV, int NK>
+  template <int RB, int CV, int NK, class Rows>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_tile(const float* p, std::int64_t row_stride,
-                                                          const VT* values,
-                                                          std::int64_t value_stride,
-                                                          std::int64_t num_keys, float* out,
-                                                          std::int64_t out_stride,
+                                                          const Rows& values, std::int64_t num_keys,
+                                                          float* out, std::int64_t out_stride,
                                                           LineCursor& ahead, std::int64_t lines) {
     if constexpr (NK > 0) out_stride = kDvPadded;  // constant offsets
     V acc[RB][CV];
@@ -296,18 +292,17 @@ struct ValueTiles {
       GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; ++c) acc[r][c] = S::load(out + r * out_stride + c * L);
     }
-    const VT* row = values;
     const std::int64_t per_key = num_keys > 0 ? (lines + num_keys - 1) / num_keys : 0;
     if constexpr (NK > 0) {
       GATED_ATTENTION_UNROLL
-      for (int n = 0; n < NK; ++n, p += row_stride, row += value_stride) {
+      for (int n = 0; n < NK; ++n, p += row_stride) {
         ahead.fetch(per_key);
-        in_place_key(acc, p, row);
+        in_place_key(acc, p, values.row(n));
       }
     } else {
-      for (std::int64_t n = 0; n < num_keys; ++n, p += row_stride, row += value_stride) {
+      for (std::int64_t n = 0; n < num_keys; ++n, p += row_stride) {
         ahead.fetch(per_key);
-        in_place_key(acc, p, row);
+        in_place_key(acc, p, values.row(n));
       }
     }
     ahead.fetch(lines - per_key * num_keys);
@@ -319,29 +314,28 @@ struct ValueTiles {
   }
 
   // A group of `rows` <= RB rows, by its compile-time row count.
-  template <int NK, int RB = kInPlaceTileRows>
+  template <int NK, class Rows, int RB = kInPlaceTileRows>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_rows(std::int64_t rows, const float* p,
-                                                          std::int64_t row_stride, const VT* values,
-                                                          std::int64_t value_stride,
-                                                          std::int64_t num_keys, float* out,
-                                                          std::int64_t out_stride,
+                                                          std::int64_t row_stride,
+                                                          const Rows& values, std::int64_t num_keys,
+                                                          float* out, std::int64_t out_stride,
                                                           LineCursor& ahead, std::int64_t lines) {
     if constexpr (RB > 0 && kInPlace) {
       if (rows == RB) {
-        in_place_tile<RB, kInPlaceTileVectors, NK>(p, row_stride, values, value_stride, num_keys,
-                                                   out, out_stride, ahead, lines);
+        in_place_tile<RB, kInPlaceTileVectors, NK>(p, row_stride, values, num_keys, out, out_stride,
+                                                   ahead, lines);
       } else {
-        in_place_rows<NK, RB - 1>(rows, p, row_stride, values, value_stride, num_keys, out,
-                                  out_stride, ahead, lines);
+        in_place_rows<NK, Rows, RB - 1>(rows, p, row_stride, values, num_keys, out, out_stride,
+                                        ahead, lines);
       }
     }
   }
 
   // One group of keys for every row and column chunk; NK > 0: num_keys is NK.
-  template <int NK>
+  template <int NK, class Rows>
   static void in_place_group(const float* p, std::int64_t row_stride, std::int64_t rows,
-                             const VT* values, std::int64_t value_stride, std::int64_t num_keys,
-                             float* out, std::int64_t out_stride, LineCursor& ahead,
+                             const Rows& values, std::int64_t num_keys, float* out,
+                             std::int64_t out_stride, LineCursor& ahead,
                              std::int64_t lines_per_tile, LineCursor& next_values,
                              std::int64_t next_lines_per_tile) {
     constexpr std::int64_t kColumns = kInPlaceTileVectors * L;
@@ -349,8 +343,8 @@ struct ValueTiles {
       for (std::int64_t r = 0; r < rows; r += kInPlaceTileRows) {
         next_values.fetch(next_lines_per_tile);
         in_place_rows<NK>(std::min<std::int64_t>(kInPlaceTileRows, rows - r), p + r, row_stride,
-                          values + c, value_stride, num_keys, out + r * out_stride + c, out_stride,
-                          ahead, lines_per_tile);
+                          values.shifted(c), num_keys, out + r * out_stride + c, out_stride, ahead,
+                          lines_per_tile);
       }
     }
   }
@@ -358,10 +352,10 @@ struct ValueTiles {
   // O += P V with V rows read in place, kInPlaceKeys keys at a time, each group's tiles fetching
   // the next group's V rows. ahead: rows (the K rows read next) fetched by the tiles in even
   // shares, spread over each tile's keys, and all of them by the end. Requires kInPlace.
+  template <class Rows>
   static void accumulate_in_place(const float* p, std::int64_t row_stride, std::int64_t rows,
-                                  const VT* values, std::int64_t value_stride,
-                                  std::int64_t num_keys, float* out, std::int64_t out_stride,
-                                  const RowPrefetch& ahead) {
+                                  const Rows& values, std::int64_t num_keys, float* out,
+                                  std::int64_t out_stride, const RowPrefetch& ahead) {
     if constexpr (kInPlace) {
       const std::int64_t groups = (rows + kInPlaceTileRows - 1) / kInPlaceTileRows;
       const std::int64_t group_tiles = groups * (kDv / (kInPlaceTileVectors * L));
@@ -370,20 +364,18 @@ struct ValueTiles {
       const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
       for (std::int64_t n = 0; n < num_keys; n += kInPlaceKeys) {
         const std::int64_t keys = std::min(kInPlaceKeys, num_keys - n);
-        LineCursor next_values{
-            RowPrefetch{values + (n + kInPlaceKeys) * value_stride,
-                        static_cast<std::int64_t>(value_stride * sizeof(VT)),
-                        std::clamp<std::int64_t>(num_keys - n - kInPlaceKeys, 0, kInPlaceKeys),
-                        static_cast<std::int64_t>(kDv * sizeof(VT))}};
+        LineCursor next_values{values.fetch_rows(
+            n + kInPlaceKeys,
+            std::clamp<std::int64_t>(num_keys - n - kInPlaceKeys, 0, kInPlaceKeys),
+            static_cast<std::int64_t>(kDv * sizeof(VT)))};
         const std::int64_t next_lines = (next_values.lines() + group_tiles - 1) / group_tiles;
         if (keys == Tuning::kDecodeBlock && out_stride == kDvPadded) {
-          in_place_group<Tuning::kDecodeBlock>(
-              p + n * row_stride, row_stride, rows, values + n * value_stride, value_stride, keys,
-              out, out_stride, cursor, lines_per_tile, next_values, next_lines);
+          in_place_group<Tuning::kDecodeBlock>(p + n * row_stride, row_stride, rows,
+                                               values.advanced(n), keys, out, out_stride, cursor,
+                                               lines_per_tile, next_values, next_lines);
         } else {
-          in_place_group<0>(p + n * row_stride, row_stride, rows, values + n * value_stride,
-                            value_stride, keys, out, out_stride, cursor, lines_per_tile,
-                            next_values, next_lines);
+          in_place_group<0>(p + n * row_stride, row_stride, rows, values.advanced(n), keys, out,
+                            out_stride, cursor, lines_per_tile, next_values, next_lines);
         }
       }
       cursor.fetch_rest();
