@@ -24,9 +24,9 @@ inline constexpr std::int64_t kPackedColumnPadding = 16;
 inline constexpr std::int64_t kMinKeysPerSplit = 256;
 // Units of at most this many rows (positions x group) take the decode regime.
 inline constexpr std::int64_t kDecodeMaxRows = 8;
-// Paged K/V: pages of at least this many keys are read in place, each block ending where its page
-// does; smaller pages are gathered block by block into the worker's scratch (docs/design.md,
-// "Paged K/V").
+// Paged K/V: pages of at least this many keys are read as strided runs, each block ending where
+// its page does; smaller pages are read through tables of rows (decode) or gathered block by block
+// into the worker's scratch (prefill, and decode V of a runtime dv) (docs/design.md, "Paged K/V").
 inline constexpr std::int64_t kPrefillMinPageInPlace = kKvBlock;
 inline constexpr std::int64_t kDecodeMinPageInPlace = 16;
 
@@ -58,7 +58,7 @@ struct UnitGeometry {
   std::int64_t heads = 1;       // KV heads per unit
   std::int64_t rows = 0;        // q_block * group
   std::int64_t row_stride = 0;  // rows padded to kRowPadding: stride of the row-indexed tiles
-  bool gathers = false;         // paged K/V gathered per block (pages below the regime's minimum)
+  bool gathers = false;         // pages below the regime's minimum: gathered or read by tables
 
   std::int64_t head_slots() const { return heads * row_stride; }  // per-row arrays of all heads
 };

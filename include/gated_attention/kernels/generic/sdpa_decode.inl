@@ -53,8 +53,8 @@ struct DecodeBlocks {
 
   // The rows [n, n + keys) of every head of K or V (`t`; dims: a row's length), none past the
   // task's keys or n's page, as one strided run of spans: one span per key where a key's heads lie
-  // within its stride (as in [b, s, h, d]), else one per head. None for gathered pages (the gather
-  // fetches them).
+  // within its stride (as in [b, s, h, d]), else one per head. None for pages below the in-place
+  // minimum (table_block fetches through tables).
   template <class E>
   static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const TensorView<const E, 4>& t,
                                 std::int64_t n, std::int64_t keys, std::int64_t dims) {
