@@ -87,8 +87,8 @@ struct DecodeBlocks {
     KvRows<Rows> values;
     RowPrefetch keys_ahead;  // the K rows its P.V tiles fetch, shared by the heads
   };
-  // Small pages read through tables of rows rather than gathered: where the V tiles read rows
-  // where they lie (the packed tiles gather).
+  // Whether small pages are read through tables of rows rather than gathered: where V's tiles read
+  // rows in place (the packed tiles of a runtime dv read a gathered block).
   static constexpr bool kTableReads = Values::kStorage || Values::kInPlace;
 
   // Head h's O += P V for one segment (`scores`: its first key's row of P^T); next_keys: the K rows
@@ -121,8 +121,9 @@ struct DecodeBlocks {
                                  head_dim<kDv>(u.dv), out, dvp, w.kv_block, next_keys);
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
-      for (std::int64_t n = 0; n < nb; ++n)
+      for (std::int64_t n = 0; n < nb; ++n) {
         widen_rows(values.row(n), 0, 1, kDv, w.kv_block + n * kDv);
+      }
       ValueTiles<float, kDv>::accumulate_in_place(
           scores, stride, u.rows, StridedRows<float>{w.kv_block, kDv}, nb, out, dvp, next_keys);
     } else if constexpr (Values::kInPlace) {
