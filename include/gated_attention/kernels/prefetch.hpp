@@ -88,13 +88,11 @@ struct LineCursor {
   GATED_ATTENTION_ALWAYS_INLINE void fetch(std::int64_t count) {
     for (count = count < left ? count : left, left -= count > 0 ? count : 0; count > 0; --count) {
       prefetch_line_l2(line);
-      line += rows.stride_bytes;
       if (++row == rows.rows) {
         row = 0;
         offset += kCacheLineBytes;
-        line = static_cast<const char*>(rows.first) + offset;
       }
-      if (rows.table != nullptr) line = rows.row(row) + offset;
+      line = rows.table == nullptr && row > 0 ? line + rows.stride_bytes : rows.row(row) + offset;
     }
   }
   // Every line not fetched yet.
