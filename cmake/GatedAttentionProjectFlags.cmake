@@ -16,20 +16,26 @@ function(gated_attention_project_options target)
   endif()
 endfunction()
 
-# An OBJECT library `name` holding the f32 kernels, one generated unit per ISA path
+# An OBJECT library `name` holding the kernels, one generated unit per ISA path
 # (gated_attention/instantiate_kernels.hpp), which build in parallel; a path the platform lacks
-# compiles to nothing. Targets linking it define GATED_ATTENTION_EXTERN_KERNELS.
-function(gated_attention_add_kernels_library name)
+# compiles to nothing. Targets linking it define GATED_ATTENTION_EXTERN_KERNELS, and with
+# `typed` (the K/V and activation type combinations compiled too)
+# GATED_ATTENTION_EXTERN_TYPED_KERNELS.
+function(gated_attention_add_kernels_library name typed)
   add_library(${name} OBJECT)
+  set(typed_define "")
+  if(typed)
+    set(typed_define "#define GATED_ATTENTION_INSTANTIATE_TYPED_KERNELS 1\n")
+    target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_TYPED_KERNELS)
+  endif()
   foreach(path SCALAR AVX2 AVX512 AVX512_BF16 NEON)
     string(TOLOWER ${path} isa)
     set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
     file(GENERATE OUTPUT ${unit} CONTENT
-      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#define GATED_ATTENTION_INSTANTIATE_TYPED_KERNELS 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
+      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n${typed_define}#include <gated_attention/instantiate_kernels.hpp>\n")
     target_sources(${name} PRIVATE ${unit})
   endforeach()
   target_link_libraries(${name} PUBLIC gated_attention::gated_attention)
   gated_attention_project_options(${name})
-  target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_KERNELS
-                                                GATED_ATTENTION_EXTERN_TYPED_KERNELS)
+  target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_KERNELS)
 endfunction()

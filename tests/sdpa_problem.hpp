@@ -1388,27 +1388,17 @@ struct PathCheck {
   std::vector<float> last_output;  // the output of the last path, in index order
 };
 
-// Builds `c`, runs the reference once and the kernels on every available path, and compares; K
-// and V stored as KT and VT, q, gate and out as T (c.k_type's, c.v_type's and
-// c.activation_type's elements).
-template <class KT, class VT, class T = float>
-PathCheck check_every_path_as(const Case& c) {
-  PathCheck result;
-  const auto fail = [&](const std::string& what) {
-    result.failure = what + "\n  case " + describe(c);
-    return result;
-  };
-  Problem p(c);
-  SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
-  if (c.page_size > 0) args = p.paged(args);
+// Runs `args` (p's problem, its reference computed) on every available path and compares: empty,
+// or what failed.
+template <class KT, class VT, class T>
+std::string check_paths(Problem& p, SdpaArgs<T, KT, VT> args) {
+  const Case& c = p.c;
+  const auto fail = [&](const std::string& what) { return what + "\n  case " + describe(c); };
   const SdpaArgs<T, KT, VT> uniform = args;
   PackedQueries<T> packing;
   if (!c.q_lens.empty()) args = packing.pack(uniform, c.q_lens);
   if (const Status s = can_implement(args); !s.is_ok()) {
     return fail(std::string("can_implement: ") + s.message());
-  }
-  if (const Status s = p.run_reference<KT, VT, T>(); !s.is_ok()) {
-    return fail(std::string("reference::sdpa: ") + s.message());
   }
   const int workers = std::max(1, c.threads);
   const kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, workers);
@@ -1438,9 +1428,35 @@ PathCheck check_every_path_as(const Case& c) {
     const std::string wrong = failures(p, compare(p));
     if (!wrong.empty()) return fail(where + wrong);
   }
+  return "";
+}
+
+// Builds `c`, runs the reference once and the kernels on every available path, and compares; K
+// and V stored as KT and VT, q, gate and out as T (c.k_type's, c.v_type's and
+// c.activation_type's elements). With `page_sizes`, the same problem and reference once more for
+// each page size (K/V copied into pages of that size; 0: contiguous) instead of c.page_size.
+template <class KT, class VT, class T = float>
+PathCheck check_every_path_as(const Case& c, const std::vector<std::int64_t>& page_sizes = {}) {
+  PathCheck result;
+  Problem p(c);
+  if (const Status s = p.run_reference<KT, VT, T>(); !s.is_ok()) {
+    result.failure = std::string("reference::sdpa: ") + s.message() + "\n  case " + describe(c);
+    return result;
+  }
+  for (std::int64_t page :
+       page_sizes.empty() ? std::vector<std::int64_t>{c.page_size} : page_sizes) {
+    p.c.page_size = page;
+    SdpaArgs<T, KT, VT> args = p.args_as<T, KT, VT>();
+    if (page > 0) args = p.paged(args);
+    result.failure = check_paths(p, args);
+    if (!result.failure.empty()) return result;
+  }
   if (c.check_standalone_gate) {
     const std::string wrong = check_standalone_gate(p, (salt_of(c) & 1) != 0);
-    if (!wrong.empty()) return fail(wrong);
+    if (!wrong.empty()) {
+      result.failure = wrong + "\n  case " + describe(c);
+      return result;
+    }
   }
   for_each_index(p.out.view.extents,
                  [&](const auto& i) { result.last_output.push_back(p.out.view[i]); });

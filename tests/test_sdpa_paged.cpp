@@ -5,10 +5,11 @@
 // kernels read each row and where blocks of keys end, never what a row holds, so every bound
 // derived for the contiguous kernels holds unchanged.
 //
-// Pages cover sizes 1 (single-token slots, gathered per block), 7 (gathered, blocks straddling
-// pages), 16 and 32 (decode in place, prefill gathered) and 256 (in place, larger than the
-// sequence); entries sharing prefix pages; lengths 0 and 1 and last pages partly filled; unused
-// pool pages and unused table entries hold NaN and -1.
+// Pages cover sizes 1 (single-token slots) and 7 (blocks straddling pages), which decode reads
+// through tables of rows and prefill gathers, 16 and 32 (decode in place, prefill gathered) and 256
+// (in place, larger than the sequence); entries sharing prefix pages; lengths 0 and 1 and last
+// pages partly filled; unused pool pages and unused table entries hold NaN and -1. Each case is
+// one problem, and one reference, for every page size.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -24,53 +25,52 @@ using namespace gated_attention;
 using namespace gated_attention::testing;
 using namespace gated_attention::testing::sdpa;
 
-constexpr std::int64_t kPageSizes[] = {1, 7, 16, 32, 256};
+const std::vector<std::int64_t> kPageSizes = {1, 7, 16, 32, 256};
 
-std::vector<Case> paged_cases(std::int64_t page) {
+// Each case runs over every page size (check_every_path_as: one problem and reference for all).
+std::vector<Case> paged_cases() {
   using GK = GateKind;
-  const std::string t = " page " + std::to_string(page);
+  const std::string t = " paged";
   return {
       Case::make("prefill d128 shared" + t, 2, 70, 90, 8, 2, 128, 128)
           .causal()
           .with_kv_lens({90, 75})
           .with_gate(GK::elementwise)
-          .with_pages(page, 40),
+          .with_pages(0, 40),
       Case::make("prefill d33 dk!=dv lse" + t, 2, 37, 75, 4, 2, 33, 20)
           .causal()
           .with_kv_lens({75, 40})
           .with_lse()
-          .with_pages(page),
+          .with_pages(0),
       Case::make("decode d128 splits shared" + t, 3, 1, 700, 32, 8, 128, 128)
           .causal()
           .with_kv_lens({700, 1, 333})
           .with_threads(3)
-          .with_pages(page, 300),
+          .with_pages(0, 300),
       Case::make("decode d256 sinks stats" + t, 2, 1, 300, 16, 2, 256, 256)
           .causal()
           .with_kv_lens({0, 299})
           .with_sinks(SinkKind::learned)
           .with_stats(4)
           .with_lse()
-          .with_pages(page),
+          .with_pages(0),
       Case::make("decode d80 chunk window" + t, 2, 3, 150, 8, 2, 80, 80)
           .with_mask(Mask::causal_window(50))
           .with_kv_lens({150, 97})
           .with_threads(2)
-          .with_pages(page),
+          .with_pages(0),
   };
 }
 
 template <ElementType k, ElementType v, ElementType activations = ElementType::f32>
 void check_paged(DotPrecision precision = DotPrecision::exact) {
-  for (std::int64_t page : kPageSizes) {
-    for (Case c : paged_cases(page)) {
-      c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
-      c = with_typed_activations(c, activations, precision);
-      const PathCheck r =
-          check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c);
-      INFO(r.failure);
-      CHECK(r.failure.empty());
-    }
+  for (Case c : paged_cases()) {
+    c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
+    c = with_typed_activations(c, activations, precision);
+    const PathCheck r =
+        check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c, kPageSizes);
+    INFO(r.failure);
+    CHECK(r.failure.empty());
   }
 }
 
@@ -96,7 +96,7 @@ TEST_CASE("sdpa paged: the storage dot and bf16 activations", "[sdpa][paged][kv_
 
 TEST_CASE("sdpa paged: the reference reads pages as the contiguous keys", "[sdpa][paged]") {
   for (std::int64_t page : kPageSizes) {
-    Case c = paged_cases(page)[1].with_kv_types(ElementType::i8, ElementType::bf16);
+    Case c = paged_cases()[1].with_kv_types(ElementType::i8, ElementType::bf16).with_pages(page);
     Problem p(c);
     REQUIRE(p.run_reference<std::int8_t, bf16>().is_ok());
     const Tensor<float, 4> contiguous = p.ref_out;
@@ -110,7 +110,7 @@ TEST_CASE("sdpa paged: the reference reads pages as the contiguous keys", "[sdpa
 
 TEST_CASE("sdpa paged: bad page tables are refused, each error naming the tensor",
           "[sdpa][paged][validate]") {
-  Case c = paged_cases(16)[1].with_kv_types(ElementType::i8, ElementType::i8);
+  Case c = paged_cases()[1].with_kv_types(ElementType::i8, ElementType::i8).with_pages(16);
   Problem p(c);
   const auto good = p.paged(p.typed_args<std::int8_t, std::int8_t>());
   REQUIRE(can_implement(good).is_ok());
