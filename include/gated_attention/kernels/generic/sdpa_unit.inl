@@ -111,6 +111,24 @@ struct UnitWork {
     return kv_rows(args.v, args.maybe_v_scales, n0, nb, w.v_rows, w.v_row_scales);
   }
 
+  // f(n, key) for keys n0 + n of the unit's entry, n in [0, count), walking its pages in order:
+  // one division for the run rather than one per key.
+  template <class F>
+  void for_each_key(std::int64_t n0, std::int64_t count, F&& f) const {
+    if (count <= 0) return;
+    const std::int64_t page = args.paged() ? args.k.extents[1] : 0;
+    std::int64_t slot = page > 0 ? n0 / page : 0;
+    KeyAt key = args.key_at(unit.batch, n0);
+    for (std::int64_t n = 0;;) {
+      f(n, key);
+      if (++n == count) return;
+      if (++key.row == page) {
+        key.row = 0;
+        key.index = args.maybe_page_table(unit.batch, ++slot);
+      }
+    }
+  }
+
   // Key `key`'s row scales of the unit's heads (if any) into row_scales[n * heads, + heads).
   void gather_row_scales(const TensorView<const float, 3>& scales, const KeyAt& key, std::int64_t n,
                          float* row_scales) const {
@@ -126,11 +144,10 @@ struct UnitWork {
   KvRows<TableRows<E>> kv_table(const TensorView<const E, 4>& t,
                                 const TensorView<const float, 3>& scales, std::int64_t n0,
                                 std::int64_t nb, const void** table, float* row_scales) const {
-    for (std::int64_t n = 0; n < nb; ++n) {
-      const KeyAt key = args.key_at(unit.batch, n0 + n);
+    for_each_key(n0, nb, [&](std::int64_t n, const KeyAt& key) {
       table[n] = &t(key.index, key.row, unit.kv_head, 0);
       gather_row_scales(scales, key, n, row_scales);
-    }
+    });
     return {{table, 0}, t.strides[2], scales.data != nullptr ? row_scales : nullptr, heads, 1};
   }
 
@@ -142,10 +159,9 @@ struct UnitWork {
                           std::int64_t dims, const void** table) const {
     constexpr auto kBytes = static_cast<std::int64_t>(sizeof(E));
     const std::int64_t keys = std::max<std::int64_t>(0, std::min(end, n0 + nb) - n0);
-    for (std::int64_t n = 0; n < keys; ++n) {
-      const KeyAt key = args.key_at(unit.batch, n0 + n);
+    for_each_key(n0, keys, [&](std::int64_t n, const KeyAt& key) {
       table[n] = &t(key.index, key.row, unit.kv_head, 0);
-    }
+    });
     const std::int64_t key_span = (heads - 1) * t.strides[2] + dims;
     return TableRows<E>{table, 0}.fetch_rows(0, keys,
                                              (key_span <= t.strides[1] ? key_span : dims) * kBytes);
