@@ -675,16 +675,22 @@ struct PackedQueries {
     return p;
   }
 
-  // The outputs of `packed` (pack()'s) into those of `a`.
+  // The outputs of `packed` (pack()'s) into those of `a`, or (to_packed) a's into packed's: the
+  // sentinels a reset wrote, so that a row no kernel writes is caught.
   template <class KT, class VT>
-  void unpack(const SdpaArgs<T, KT, VT>& packed, const SdpaArgs<T, KT, VT>& a) const {
-    copy_rows(a.out, packed.out, false);
-    if (a.maybe_lse.data != nullptr) copy_rows(a.maybe_lse, packed.maybe_lse, false);
+  void copy_outputs(const SdpaArgs<T, KT, VT>& packed, const SdpaArgs<T, KT, VT>& a,
+                    bool to_packed) const {
+    copy_rows(a.out, packed.out, to_packed);
+    if (a.maybe_lse.data != nullptr) copy_rows(a.maybe_lse, packed.maybe_lse, to_packed);
     const auto from = stat_views(const_cast<AttentionStats&>(packed.stats));
     const auto to = stat_views(const_cast<AttentionStats&>(a.stats));
     for (int s = 0; s < kNumStats; ++s) {
-      if (to[s]->data != nullptr) copy_rows(*to[s], *from[s], false);
+      if (to[s]->data != nullptr) copy_rows(*to[s], *from[s], to_packed);
     }
+  }
+  template <class KT, class VT>
+  void unpack(const SdpaArgs<T, KT, VT>& packed, const SdpaArgs<T, KT, VT>& a) const {
+    copy_outputs(packed, a, false);
   }
 };
 
@@ -1023,7 +1029,7 @@ struct Problem {
   template <class E>
   static constexpr bool kInt8 = std::is_same_v<E, std::int8_t>;
 
-  // `a` reading K/V from shuffled pages (pages.plan() and copies on the first call).
+  // `a` reading K/V from shuffled pages (pages.plan() and copies on every call).
   template <class T, class KT, class VT>
   SdpaArgs<T, KT, VT> paged(const SdpaArgs<T, KT, VT>& a) {
     std::vector<std::int64_t> valid(static_cast<std::size_t>(c.batch));
@@ -1420,6 +1426,7 @@ std::string check_paths(Problem& p, SdpaArgs<T, KT, VT> args) {
       return fail(where + "set_isa_limit did not select the path");
     }
     p.reset_outputs();
+    if (!c.q_lens.empty()) packing.copy_outputs(args, uniform, true);
     const Status s = run_kernels(c, args, workspace);
     if (!s.is_ok())
       return fail(where + "run() failed after can_implement() passed: " + s.message());
