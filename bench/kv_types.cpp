@@ -5,6 +5,9 @@
 //       decode shapes, bytes_per_second (the bytes of K, V and the int8 scales read per second)
 //   dtype_speedup/<dtype>[-storage]/<shape>/threads:<n>  counter speedup: the median over
 //       back-to-back pairs of (f32 call time / <dtype> call time), ungated, on the same workers
+//   dot_instructions_speedup/<dtype>[-storage]/<shape>/threads:<n>  counter speedup: the median
+//       over back-to-back pairs of (call time widening K/V to f32 / call time with the dot
+//       instructions), ungated: DotInstructions::never against ::always, where the CPU has them
 // (decode_read_share/<dtype>[-storage]/... are in peak.cpp, next to the read they pair with)
 // with dtype in f32-kv<t> (t in bf16, f16, i8), bf16, f16 (-storage: f32-kvbf16, f32-kvi8, bf16).
 #include <benchmark/benchmark.h>
@@ -63,13 +66,48 @@ void run_dtype_speedup(benchmark::State& state, AttentionShape s, int threads,
   state.SetLabel(ga::sdpa_path(args));
 }
 
-// Rows of `dtype` (activations T, K/V E).
+template <class T, class E>
+void run_dot_instructions_speedup(benchmark::State& state, AttentionShape s, int threads,
+                                  ga::DotPrecision precision) {
+  const TypedCase<T, E> t(s);
+  const auto args = t.args(t.c.args, precision);
+  ga::bench::SdpaRunner call(threads, {t.c.args});
+  const auto with = [&](ga::DotInstructions d) {
+    ga::set_dot_instructions(d);
+    call(state, args);
+  };
+  ga::bench::time_pairs(
+      state, "speedup", [&] { with(ga::DotInstructions::always); },
+      [&] { with(ga::DotInstructions::never); });
+  ga::clear_dot_instructions();
+  state.SetLabel("dot instructions / widened");
+}
+
+// Whether the CPU and this build can run the storage dot (the avx512_bf16 region).
+bool has_dot_instructions() {
+#if defined(__x86_64__)
+  return ga::isa_available(ga::Isa::avx512) &&
+         ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
+#else
+  return false;
+#endif
+}
+
+// Rows of `dtype` (activations T, K/V E); dot_instructions_speedup rows for the types the storage
+// dot reads, under the precisions that run it.
 template <class T, class E>
 void register_type(const std::string& name, ga::DotPrecision precision = ga::DotPrecision::exact) {
   const std::string dtype = name + (precision == ga::DotPrecision::storage ? "-storage" : "");
+  const bool reads_dot = !std::is_same_v<E, ga::f16> &&
+                         (precision == ga::DotPrecision::storage || std::is_same_v<T, E>);
   for (const AttentionShape& s : ga::bench::kShapes) {
     for (int threads : {1, 2}) {
       const std::string rest = dtype + "/" + s.name + "/threads:" + std::to_string(threads);
+      if (reads_dot && has_dot_instructions()) {
+        benchmark::RegisterBenchmark(("dot_instructions_speedup/" + rest).c_str(),
+                                     run_dot_instructions_speedup<T, E>, s, threads, precision)
+            ->Unit(benchmark::kMillisecond);
+      }
       for (Gate gate : {Gate::none, Gate::elementwise}) {
         benchmark::RegisterBenchmark(
             (std::string("sdpa/") + ga::bench::gate_name(gate) + "/" + rest).c_str(),

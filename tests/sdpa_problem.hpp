@@ -1294,11 +1294,14 @@ inline double max_abs_logit(const Problem& p) {
 }
 
 // Restores the default path however the caller's scope ends.
-struct IsaLimitGuard {
-  IsaLimitGuard() = default;
-  IsaLimitGuard(const IsaLimitGuard&) = delete;
-  IsaLimitGuard& operator=(const IsaLimitGuard&) = delete;
-  ~IsaLimitGuard() { clear_isa_limit(); }
+struct PathGuard {
+  PathGuard() = default;
+  PathGuard(const PathGuard&) = delete;
+  PathGuard& operator=(const PathGuard&) = delete;
+  ~PathGuard() {
+    clear_isa_limit();
+    clear_dot_instructions();
+  }
 };
 
 // A thread pool of n workers kept for the whole program (starting threads per case would
@@ -1353,7 +1356,7 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
   if (const Status s = reference::output_gate(args); !s.is_ok()) {
     return std::string("reference::output_gate: ") + s.message();
   }
-  IsaLimitGuard guard;
+  PathGuard guard;
   for (Isa isa : available_isas()) {
     set_isa_limit(isa);
     Tensor<float, 4> got = plain.ref_out;
@@ -1389,6 +1392,26 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
   return "";
 }
 
+struct PathChoice {
+  Isa isa;
+  DotInstructions dot;
+};
+
+// Every available path for `args`: each ISA, and on avx512 where the call can run the storage dot,
+// both the dot instructions and K/V widened to f32.
+template <class T, class KT, class VT>
+std::vector<PathChoice> path_choices(const SdpaArgs<T, KT, VT>& args) {
+  std::vector<PathChoice> choices;
+  PathGuard guard;
+  for (Isa isa : available_isas()) {
+    choices.push_back({isa, DotInstructions::always});
+    set_isa_limit(isa);
+    set_dot_instructions(DotInstructions::always);
+    if (detail::runs_storage_dot(args, isa)) choices.push_back({isa, DotInstructions::never});
+  }
+  return choices;
+}
+
 struct PathCheck {
   std::string failure;             // empty: every path agrees with the reference
   std::vector<float> last_output;  // the output of the last path, in index order
@@ -1418,11 +1441,12 @@ std::string check_paths(Problem& p, SdpaArgs<T, KT, VT> args) {
   }
   std::vector<std::byte> workspace(workspace_size(args, workers) + c.workspace_shift);
 
-  IsaLimitGuard guard;
-  for (Isa isa : available_isas()) {
-    set_isa_limit(isa);
+  PathGuard guard;
+  for (const PathChoice& path : path_choices(args)) {
+    set_isa_limit(path.isa);
+    set_dot_instructions(path.dot);
     const std::string where = std::string("path ") + sdpa_path(args) + plan_text.str() + ": ";
-    if (active_isa() != isa || std::string(sdpa_path()) != to_string(isa)) {
+    if (active_isa() != path.isa || std::string(sdpa_path()) != to_string(path.isa)) {
       return fail(where + "set_isa_limit did not select the path");
     }
     p.reset_outputs();

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -131,35 +133,87 @@ TEST_CASE("sdpa: bf16 and f16 activations on every path", "[sdpa][kv_types]") {
 
 TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_types]") {
   namespace ga = gated_attention;
+  using ga::DotInstructions;
   Case c = Case::make("path", 1, 1, 40, 4, 2, 64, 64)
                .with_kv_types(ElementType::bf16, ElementType::bf16);
   Problem p(c);
   ga::SdpaArgs<float, ga::bf16, ga::bf16> a = p.typed_args<ga::bf16, ga::bf16>();
-  IsaLimitGuard guard;
-  for (ga::Isa isa : ga::testing::available_isas()) {
-    ga::set_isa_limit(isa);
-    a.dot_precision = ga::DotPrecision::exact;
-    CHECK(std::string(ga::sdpa_path(a)) == ga::to_string(isa));
-    a.dot_precision = ga::DotPrecision::storage;
-    const bool dot =
-        isa == ga::Isa::avx512 && ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
-    CHECK(std::string(ga::sdpa_path(a)) == (dot ? "avx512_bf16" : ga::to_string(isa)));
-  }
+  ga::SdpaArgs<float, std::int8_t, std::int8_t> a8 = p.typed_args<std::int8_t, std::int8_t>();
   // bf16 q over a bf16 K: the storage dot reads q unscaled (exact products), so exact runs it too.
   ga::SdpaArgs<ga::bf16, ga::bf16, ga::bf16> all_bf16 = p.args_as<ga::bf16, ga::bf16, ga::bf16>();
-  for (ga::Isa isa : ga::testing::available_isas()) {
-    ga::set_isa_limit(isa);
-    const bool dot =
-        isa == ga::Isa::avx512 && ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
-    for (const ga::DotPrecision precision : {ga::DotPrecision::exact, ga::DotPrecision::storage}) {
-      all_bf16.dot_precision = precision;
-      CHECK(std::string(ga::sdpa_path(all_bf16)) == (dot ? "avx512_bf16" : ga::to_string(isa)));
+  PathGuard guard;
+  const bool region = ga::detail::has_avx512_bf16_region_features(ga::cpu_features());
+  for (DotInstructions d :
+       {DotInstructions::where_faster, DotInstructions::always, DotInstructions::never}) {
+    ga::set_dot_instructions(d);
+    CHECK(ga::dot_instructions() == d);
+    for (ga::Isa isa : ga::testing::available_isas()) {
+      ga::set_isa_limit(isa);
+      const bool on_avx512 = isa == ga::Isa::avx512 && region;
+      const std::string plain = ga::to_string(isa);
+      const auto expected = [&](bool int8) {
+        return on_avx512 && ga::detail::wants_dot_instructions(d, ga::cpu_features(), int8)
+                   ? std::string("avx512_bf16")
+                   : plain;
+      };
+      INFO("dot instructions " << ga::to_string(d) << ", path " << plain);
+      a.dot_precision = ga::DotPrecision::exact;
+      CHECK(ga::sdpa_path(a) == plain);
+      a.dot_precision = ga::DotPrecision::storage;
+      CHECK(ga::sdpa_path(a) == expected(false));
+      a8.dot_precision = ga::DotPrecision::storage;
+      CHECK(ga::sdpa_path(a8) == expected(true));
+      for (const ga::DotPrecision precision :
+           {ga::DotPrecision::exact, ga::DotPrecision::storage}) {
+        all_bf16.dot_precision = precision;
+        CHECK(ga::sdpa_path(all_bf16) == expected(false));
+      }
     }
   }
+  ga::clear_isa_limit();
   const ga::SdpaArgs<float> f32 = p.args();
   ga::SdpaArgs<float> storage_f32 = f32;
   storage_f32.dot_precision = ga::DotPrecision::storage;
   CHECK(std::string(ga::sdpa_path(storage_f32)) == ga::sdpa_path());
+}
+
+TEST_CASE("dispatch: the dot instructions where they are faster, by CPU family", "[dispatch]") {
+  namespace ga = gated_attention;
+  using ga::DotInstructions;
+  ga::CpuFeatures intel, amd, other;
+  intel.vendor = ga::CpuVendor::intel;
+  amd.vendor = ga::CpuVendor::amd;
+  const auto wants = ga::detail::wants_dot_instructions;
+  // vdpbf16ps does not outrun two FMA ports on Intel; vpdpbusd outruns widening everywhere.
+  CHECK_FALSE(wants(DotInstructions::where_faster, intel, false));
+  CHECK(wants(DotInstructions::where_faster, intel, true));
+  CHECK(wants(DotInstructions::where_faster, amd, false));
+  CHECK(wants(DotInstructions::where_faster, amd, true));
+  CHECK(wants(DotInstructions::where_faster, other, false));
+  for (const ga::CpuFeatures& f : {intel, amd, other}) {
+    for (bool int8 : {false, true}) {
+      CHECK(wants(DotInstructions::always, f, int8));
+      CHECK_FALSE(wants(DotInstructions::never, f, int8));
+    }
+  }
+#if defined(__x86_64__) && defined(__linux__)
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("vendor_id", 0) != 0) {
+  }
+  INFO("/proc/cpuinfo: " << line);
+  const bool is_intel = line.find("GenuineIntel") != std::string::npos;
+  const bool is_amd = line.find("AuthenticAMD") != std::string::npos ||
+                      line.find("HygonGenuine") != std::string::npos;
+  CHECK((ga::cpu_features().vendor == ga::CpuVendor::intel) == is_intel);
+  CHECK((ga::cpu_features().vendor == ga::CpuVendor::amd) == is_amd);
+#endif
+  PathGuard guard;
+  ga::set_dot_instructions(DotInstructions::never);
+  CHECK(ga::dot_instructions() == DotInstructions::never);
+  ga::clear_dot_instructions();
+  const char* env = std::getenv("GATED_ATTENTION_DOT_INSTRUCTIONS");
+  if (env == nullptr) CHECK(ga::dot_instructions() == DotInstructions::where_faster);
 }
 
 TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming the view",

@@ -198,7 +198,7 @@ TEST_CASE("sdpa: causal masks and sliding windows and per-batch kv lengths", "[s
         Case::make("masked rows", 2, 6, 4, 2, 1, 16, 16).causal().with_lse().with_kv_lens({0, 4}));
     const ga::SdpaArgs<float> args = p.args();
     std::vector<std::byte> ws(ga::workspace_size(args, 1));
-    IsaLimitGuard guard;
+    PathGuard guard;
     for (Isa isa : available_isas()) {
       INFO("isa " << ga::to_string(isa));
       ga::set_isa_limit(isa);
@@ -245,7 +245,7 @@ TEST_CASE("sdpa: sink logits and softmax+1 and log-sum-exp", "[sdpa][sinks]") {
   check_case(no_sink);
   Problem p(no_sink);
   std::vector<std::byte> ws(ga::workspace_size(p.args(), 1));
-  IsaLimitGuard guard;
+  PathGuard guard;
   for (Isa isa : available_isas()) {
     INFO("isa " << ga::to_string(isa));
     ga::set_isa_limit(isa);
@@ -377,7 +377,7 @@ TEST_CASE("sdpa: run_phase from std::threads equals run()", "[sdpa][run_phase][t
       {Case::make("phases split decode 3", 2, 1, 1600, 4, 1, 32, 32).with_kv_lens({1600, 900}), 3},
       {Case::make("phases prefill", 1, 64, 64, 8, 2, 64, 64).causal().with_lse(), 3},
   };
-  IsaLimitGuard guard;
+  PathGuard guard;
   for (const auto& entry : cases) {
     const Case& c = entry.first;
     const int nth = entry.second;  // a plain variable: lambdas capture it (C++17)
@@ -633,7 +633,7 @@ TEST_CASE("sdpa: empty problems", "[sdpa][edge]") {
 }
 
 TEST_CASE("sdpa: set_isa_limit selects the path sdpa_path reports", "[sdpa][isa]") {
-  IsaLimitGuard guard;
+  PathGuard guard;
   ga::set_isa_limit(Isa::scalar);
   CHECK(ga::active_isa() == Isa::scalar);
   CHECK(std::string(ga::sdpa_path()) == "scalar");

@@ -143,7 +143,7 @@ TEST_CASE("numerics: q, k and v all denormal give finite outputs within V's rang
   }
   const ga::SdpaArgs<float> args = p.args();
   std::vector<std::byte> ws(ga::workspace_size(args, 1));
-  ga::testing::sdpa::IsaLimitGuard guard;
+  ga::testing::sdpa::PathGuard guard;
   for (ga::Isa isa : ga::testing::available_isas()) {
     INFO("path " << ga::to_string(isa));
     ga::set_isa_limit(isa);
@@ -179,7 +179,7 @@ TEST_CASE("numerics: gate pre-activations of +-1e4", "[numerics][sdpa][gate]") {
   ga::testing::for_each_index(gated.gate.view.extents, [&](const auto& i) {
     gated.gate.view[i] = (i[1] + i[4]) % 2 == 0 ? 1e4f : -1e4f;
   });
-  ga::testing::sdpa::IsaLimitGuard guard;
+  ga::testing::sdpa::PathGuard guard;
   for (ga::Isa isa : ga::testing::available_isas()) {
     INFO("path " << ga::to_string(isa));
     ga::set_isa_limit(isa);

@@ -511,7 +511,7 @@ inline std::string check_rejection(const FuzzCase& f) {
   std::vector<std::byte> workspace(bytes + 64);
   const std::size_t given = workspace_case ? bytes - 1 : workspace.size();
   const Workspace ws(workspace.data(), given);
-  testing::sdpa::IsaLimitGuard guard;
+  testing::sdpa::PathGuard guard;
   for (Isa isa : testing::available_isas()) {
     set_isa_limit(isa);
     p.reset_outputs();

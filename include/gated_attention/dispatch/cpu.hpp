@@ -54,7 +54,11 @@ inline bool parse_isa(const char* name, Isa* isa) {
   return false;
 }
 
+// The CPU's maker, where a choice between paths rests on how a family runs an instruction.
+enum class CpuVendor : std::uint8_t { other, intel, amd };
+
 struct CpuFeatures {
+  CpuVendor vendor = CpuVendor::other;
   bool avx2 = false, fma = false, f16c = false, bmi1 = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_bf16 = false, avx512_vnni = false, amx_tile = false, amx_bf16 = false;
@@ -81,18 +85,26 @@ inline CpuFeatures detect_cpu_features() {
   unsigned r[4] = {};
   cpuid(0, 0, r);
   const unsigned max_leaf = r[0];
+  char maker[13] = {};  // ebx, edx, ecx: "GenuineIntel", "AuthenticAMD", "HygonGenuine"
+  std::memcpy(maker, &r[1], 4);
+  std::memcpy(maker + 4, &r[3], 4);
+  std::memcpy(maker + 8, &r[2], 4);
+  if (std::strcmp(maker, "GenuineIntel") == 0) f.vendor = CpuVendor::intel;
+  if (std::strcmp(maker, "AuthenticAMD") == 0 || std::strcmp(maker, "HygonGenuine") == 0) {
+    f.vendor = CpuVendor::amd;
+  }
   if (max_leaf < 1) return f;
   cpuid(1, 0, r);
   const bool osxsave = (r[2] >> 27) & 1;
   const bool avx = (r[2] >> 28) & 1;
   f.fma = (r[2] >> 12) & 1;
   f.f16c = (r[2] >> 29) & 1;
-  if (!osxsave || !avx) return CpuFeatures{};
+  if (!osxsave || !avx) return CpuFeatures{f.vendor};
   const std::uint64_t xcr0 = xgetbv0();
   const bool ymm_state = (xcr0 & 0x6) == 0x6;          // SSE + AVX state
   const bool zmm_state = (xcr0 & 0xe6) == 0xe6;        // + opmask, ZMM_Hi256, Hi16_ZMM
   const bool amx_state = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
-  if (!ymm_state) return CpuFeatures{};
+  if (!ymm_state) return CpuFeatures{f.vendor};
   if (max_leaf >= 7) {
     cpuid(7, 0, r);
     f.bmi1 = (r[1] >> 3) & 1;
@@ -130,6 +142,7 @@ inline bool has_avx512_region_features(const CpuFeatures& f) {
 inline bool has_avx512_bf16_region_features(const CpuFeatures& f) {
   return has_avx512_region_features(f) && f.avx512_bf16 && f.avx512_vnni;
 }
+
 inline Isa best_isa(const CpuFeatures& f) {
   if (has_avx512_region_features(f)) return Isa::avx512;
   if (has_avx2_region_features(f)) return Isa::avx2;
@@ -153,6 +166,70 @@ inline std::uint8_t environment_isa_limit() {
 }
 
 }  // namespace detail
+
+// Whether the avx512 path reads 16- and 8-bit K/V with the CPU's dot instructions (vdpbf16ps,
+// vpdpbusd: the avx512_bf16 region) where the dot precision allows them, or widens them to f32.
+// Set by set_dot_instructions() or the environment variable GATED_ATTENTION_DOT_INSTRUCTIONS
+// (where_faster, always, never; read once), the call's setting first.
+enum class DotInstructions : std::uint8_t {
+  // For int8 operands on every CPU; for bf16 ones except on Intel, whose vdpbf16ps does no more
+  // products per cycle than its two FMA ports (docs/performance-notes.md, "Dot instructions by
+  // CPU family").
+  where_faster,
+  always,
+  never,
+};
+
+inline const char* to_string(DotInstructions d) {
+  switch (d) {
+    case DotInstructions::where_faster:
+      return "where_faster";
+    case DotInstructions::always:
+      return "always";
+    case DotInstructions::never:
+      return "never";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+// 0xff: not set; the environment's, else where_faster.
+inline std::atomic<std::uint8_t>& dot_instructions_storage() {
+  static std::atomic<std::uint8_t> setting{0xff};
+  return setting;
+}
+
+inline DotInstructions environment_dot_instructions() {
+  static const DotInstructions setting = [] {
+    const char* name = std::getenv("GATED_ATTENTION_DOT_INSTRUCTIONS");
+    for (DotInstructions d : {DotInstructions::always, DotInstructions::never}) {
+      if (name != nullptr && std::strcmp(name, to_string(d)) == 0) return d;
+    }
+    return DotInstructions::where_faster;
+  }();
+  return setting;
+}
+
+// Whether `d` asks for the dot instructions on a CPU like `f`, for K/V with an int8 operand or
+// with bf16 ones only (the region's features are checked apart).
+inline bool wants_dot_instructions(DotInstructions d, const CpuFeatures& f, bool int8_operand) {
+  if (d != DotInstructions::where_faster) return d == DotInstructions::always;
+  return int8_operand || f.vendor != CpuVendor::intel;
+}
+
+}  // namespace detail
+
+inline void set_dot_instructions(DotInstructions d) {
+  detail::dot_instructions_storage().store(static_cast<std::uint8_t>(d), std::memory_order_relaxed);
+}
+inline void clear_dot_instructions() {
+  detail::dot_instructions_storage().store(0xff, std::memory_order_relaxed);
+}
+inline DotInstructions dot_instructions() {
+  const std::uint8_t set = detail::dot_instructions_storage().load(std::memory_order_relaxed);
+  return set == 0xff ? detail::environment_dot_instructions() : static_cast<DotInstructions>(set);
+}
 
 inline const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detail::detect_cpu_features();

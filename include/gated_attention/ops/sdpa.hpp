@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "gated_attention/core/executor.hpp"
@@ -73,7 +74,8 @@ namespace detail {
 
 // Whether a call with these arguments runs the storage dot (kernels::avx512_bf16): 16- or 8-bit
 // K/V it reads, DotPrecision::storage (or exact, where q has K's type and the dot reads it
-// unscaled: kExactQueryDot), on the avx512 path of a CPU with AVX512-BF16 and VNNI.
+// unscaled: kExactQueryDot), on the avx512 path of a CPU with AVX512-BF16 and VNNI, where
+// dot_instructions() asks for them.
 #if GATED_ATTENTION_X86
 template <class KT, class VT>
 inline constexpr bool reads_storage_dot_v = kernels::avx512_bf16::StorageDot<KT>::kAvailable ||
@@ -90,9 +92,11 @@ inline constexpr bool exact_query_dot_v = false;
 template <class T, class KT, class VT>
 bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
   constexpr bool kExactToo = exact_query_dot_v<T, KT, VT>;
+  constexpr bool kInt8 = std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, std::int8_t>;
   return reads_storage_dot_v<KT, VT> &&
          (args.dot_precision == DotPrecision::storage || kExactToo) && isa == Isa::avx512 &&
-         has_avx512_bf16_region_features(cpu_features());
+         has_avx512_bf16_region_features(cpu_features()) &&
+         wants_dot_instructions(dot_instructions(), cpu_features(), kInt8);
 }
 
 }  // namespace detail
