@@ -172,9 +172,9 @@ inline std::uint8_t environment_isa_limit() {
 // Set by set_dot_instructions() or the environment variable GATED_ATTENTION_DOT_INSTRUCTIONS
 // (where_faster, always, never; read once), the call's setting first.
 enum class DotInstructions : std::uint8_t {
-  // For int8 operands on every CPU; for bf16 ones except on Intel, whose vdpbf16ps does no more
-  // products per cycle than its two FMA ports (docs/performance-notes.md, "Dot instructions by
-  // CPU family").
+  // For int8 operands on every CPU; for bf16 ones except on Intel, whose vdpbf16ps does fewer
+  // products per cycle than its f32 FMAs (docs/performance-notes.md, "Dot instructions by CPU
+  // family").
   where_faster,
   always,
   never,
