@@ -8,6 +8,9 @@
 //   dot_instructions_speedup/<dtype>[-storage]/<shape>/threads:<n>  counter speedup: the median
 //       over back-to-back pairs of (call time widening K/V to f32 / call time with the dot
 //       instructions), ungated: DotInstructions::never against ::always, where the CPU has them
+//   amx_tiles_speedup/<dtype>[-storage]/<shape>/threads:<n>  counter speedup: (call time on the
+//       AVX-512 panels / call time on AMX tiles) under the dot instructions, prefill shapes, bf16
+//       K/V, where amx_bf16_ready()
 // (decode_read_share/<dtype>[-storage]/... are in peak.cpp, next to the read they pair with)
 // with dtype in f32-kv<t> (t in bf16, f16, i8), bf16, f16 (-storage: f32-kvbf16, f32-kvi8, bf16).
 #include <benchmark/benchmark.h>
@@ -66,21 +69,39 @@ void run_dtype_speedup(benchmark::State& state, AttentionShape s, int threads,
   state.SetLabel(ga::sdpa_path(args));
 }
 
-template <class T, class E>
-void run_dot_instructions_speedup(benchmark::State& state, AttentionShape s, int threads,
-                                  ga::DotPrecision precision) {
+// time_pairs of the same ungated call with set(true) (the base) and with set(false).
+template <class T, class E, class Set>
+void run_setting_pairs(benchmark::State& state, AttentionShape s, int threads,
+                       ga::DotPrecision precision, Set set, const char* label) {
   const TypedCase<T, E> t(s);
   const auto args = t.args(t.c.args, precision);
   ga::bench::SdpaRunner call(threads, {t.c.args});
-  const auto with = [&](ga::DotInstructions d) {
-    ga::set_dot_instructions(d);
+  const auto with = [&](bool on) {
+    set(on);
     call(state, args);
   };
   ga::bench::time_pairs(
-      state, "speedup", [&] { with(ga::DotInstructions::always); },
-      [&] { with(ga::DotInstructions::never); });
+      state, "speedup", [&] { with(true); }, [&] { with(false); });
+  set(true);
+  state.SetLabel(label);
+}
+
+template <class T, class E>
+void run_dot_instructions_speedup(benchmark::State& state, AttentionShape s, int threads,
+                                  ga::DotPrecision precision) {
+  const auto set = [](bool on) {
+    ga::set_dot_instructions(on ? ga::DotInstructions::always : ga::DotInstructions::never);
+  };
+  run_setting_pairs<T, E>(state, s, threads, precision, set, "dot instructions / widened");
   ga::clear_dot_instructions();
-  state.SetLabel("dot instructions / widened");
+}
+
+template <class T, class E>
+void run_amx_tiles_speedup(benchmark::State& state, AttentionShape s, int threads,
+                           ga::DotPrecision precision) {
+  ga::set_dot_instructions(ga::DotInstructions::always);
+  run_setting_pairs<T, E>(state, s, threads, precision, ga::set_amx_tiles, "amx tiles / panels");
+  ga::clear_dot_instructions();
 }
 
 // Whether the CPU and this build can run the storage dot (the avx512_bf16 region).
@@ -106,6 +127,11 @@ void register_type(const std::string& name, ga::DotPrecision precision = ga::Dot
       if (reads_dot && has_dot_instructions()) {
         benchmark::RegisterBenchmark(("dot_instructions_speedup/" + rest).c_str(),
                                      run_dot_instructions_speedup<T, E>, s, threads, precision)
+            ->Unit(benchmark::kMillisecond);
+      }
+      if (reads_dot && std::is_same_v<E, ga::bf16> && !s.decode && ga::amx_bf16_ready()) {
+        benchmark::RegisterBenchmark(("amx_tiles_speedup/" + rest).c_str(),
+                                     run_amx_tiles_speedup<T, E>, s, threads, precision)
             ->Unit(benchmark::kMillisecond);
       }
       for (Gate gate : {Gate::none, Gate::elementwise}) {

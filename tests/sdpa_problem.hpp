@@ -256,6 +256,10 @@ struct Case {
     shared_prefix = shared;
     return *this;
   }
+  Case& with_shared_prefix(std::int64_t keys) {
+    shared_prefix = keys;
+    return *this;
+  }
   Case& with_packed_queries(std::vector<std::int64_t> lens) {
     q_lens = std::move(lens);
     return *this;
@@ -1301,7 +1305,9 @@ struct PathGuard {
   ~PathGuard() {
     clear_isa_limit();
     clear_dot_instructions();
+    set_amx_tiles(amx_tiles_before);
   }
+  bool amx_tiles_before = detail::amx_tiles_setting().load();
 };
 
 // A thread pool of n workers kept for the whole program (starting threads per case would
@@ -1395,10 +1401,12 @@ inline std::string check_standalone_gate(const Problem& p, bool in_place) {
 struct PathChoice {
   Isa isa;
   DotInstructions dot;
+  bool amx_tiles = true;
 };
 
 // Every available path for `args`: each ISA, and on avx512 where the call can run the storage dot,
-// both the dot instructions and K/V widened to f32.
+// both the dot instructions and K/V widened to f32, and with a bf16 K on an AMX host, prefill
+// blocks both on tiles and on panels.
 template <class T, class KT, class VT>
 std::vector<PathChoice> path_choices(const SdpaArgs<T, KT, VT>& args) {
   std::vector<PathChoice> choices;
@@ -1407,7 +1415,11 @@ std::vector<PathChoice> path_choices(const SdpaArgs<T, KT, VT>& args) {
     choices.push_back({isa, DotInstructions::always});
     set_isa_limit(isa);
     set_dot_instructions(DotInstructions::always);
-    if (detail::runs_storage_dot(args, isa)) choices.push_back({isa, DotInstructions::never});
+    if (!detail::runs_storage_dot(args, isa)) continue;
+    choices.push_back({isa, DotInstructions::never});
+    if (std::is_same_v<KT, bf16> && amx_bf16_ready()) {
+      choices.push_back({isa, DotInstructions::always, false});
+    }
   }
   return choices;
 }
@@ -1445,6 +1457,7 @@ std::string check_paths(Problem& p, SdpaArgs<T, KT, VT> args) {
   for (const PathChoice& path : path_choices(args)) {
     set_isa_limit(path.isa);
     set_dot_instructions(path.dot);
+    set_amx_tiles(path.amx_tiles);
     const std::string where = std::string("path ") + sdpa_path(args) + plan_text.str() + ": ";
     if (active_isa() != path.isa || std::string(sdpa_path()) != to_string(path.isa)) {
       return fail(where + "set_isa_limit did not select the path");
@@ -1492,6 +1505,23 @@ PathCheck check_every_path_as(const Case& c, const std::vector<std::int64_t>& pa
   for_each_index(p.out.view.extents,
                  [&](const auto& i) { result.last_output.push_back(p.out.view[i]); });
   return result;
+}
+
+// Each of `cases` with K/V of types k and v and activations of type `activations`
+// (with_typed_activations) through check_every_path_as over `page_sizes`: every failure, empty
+// where all agree.
+template <ElementType k, ElementType v, ElementType activations = ElementType::f32>
+std::string typed_case_failures(const std::vector<Case>& cases, DotPrecision precision,
+                                const std::vector<std::int64_t>& page_sizes = {}) {
+  std::string failures;
+  for (Case c : cases) {
+    c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
+    c = with_typed_activations(c, activations, precision);
+    const PathCheck r =
+        check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c, page_sizes);
+    if (!r.failure.empty()) failures += r.failure + "\n";
+  }
+  return failures;
 }
 
 // The same for a case whose K and V are f32.

@@ -152,9 +152,10 @@ TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_type
       const bool on_avx512 = isa == ga::Isa::avx512 && region;
       const std::string plain = ga::to_string(isa);
       const auto expected = [&](bool int8) {
-        return on_avx512 && ga::detail::wants_dot_instructions(d, ga::cpu_features(), int8)
-                   ? std::string("avx512_bf16")
-                   : plain;
+        if (!on_avx512 || !ga::detail::wants_dot_instructions(d, ga::cpu_features(), int8)) {
+          return plain;
+        }
+        return std::string(!int8 && ga::amx_tiles() ? "avx512_bf16+amx" : "avx512_bf16");
       };
       INFO("dot instructions " << ga::to_string(d) << ", path " << plain);
       a.dot_precision = ga::DotPrecision::exact;

@@ -36,42 +36,35 @@ std::vector<Case> paged_cases() {
           .causal()
           .with_kv_lens({90, 75})
           .with_gate(GK::elementwise)
-          .with_pages(0, 40),
+          .with_shared_prefix(40),
       Case::make("prefill d33 dk!=dv lse" + t, 2, 37, 75, 4, 2, 33, 20)
           .causal()
           .with_kv_lens({75, 40})
-          .with_lse()
-          .with_pages(0),
+          .with_lse(),
       Case::make("decode d128 splits shared" + t, 3, 1, 700, 32, 8, 128, 128)
           .causal()
           .with_kv_lens({700, 1, 333})
           .with_threads(3)
-          .with_pages(0, 300),
+          .with_shared_prefix(300),
       Case::make("decode d256 sinks stats" + t, 2, 1, 300, 16, 2, 256, 256)
           .causal()
           .with_kv_lens({0, 299})
           .with_sinks(SinkKind::learned)
           .with_stats(4)
-          .with_lse()
-          .with_pages(0),
+          .with_lse(),
       Case::make("decode d80 chunk window" + t, 2, 3, 150, 8, 2, 80, 80)
           .with_mask(Mask::causal_window(50))
           .with_kv_lens({150, 97})
-          .with_threads(2)
-          .with_pages(0),
+          .with_threads(2),
   };
 }
 
 template <ElementType k, ElementType v, ElementType activations = ElementType::f32>
 void check_paged(DotPrecision precision = DotPrecision::exact) {
-  for (Case c : paged_cases()) {
-    c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
-    c = with_typed_activations(c, activations, precision);
-    const PathCheck r =
-        check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c, kPageSizes);
-    INFO(r.failure);
-    CHECK(r.failure.empty());
-  }
+  const std::string failures =
+      typed_case_failures<k, v, activations>(paged_cases(), precision, kPageSizes);
+  INFO(failures);
+  CHECK(failures.empty());
 }
 
 }  // namespace

@@ -64,14 +64,10 @@ std::vector<Case> varlen_cases() {
 template <ElementType k, ElementType v, ElementType activations = ElementType::f32>
 void check_varlen(DotPrecision precision = DotPrecision::exact,
                   const std::vector<std::int64_t>& page_sizes = {}) {
-  for (Case c : varlen_cases()) {
-    c.with_kv_types(k, v).name += std::string(" k ") + to_string(k) + " v " + to_string(v);
-    c = with_typed_activations(c, activations, precision);
-    const PathCheck r =
-        check_every_path_as<ElementOf<k>, ElementOf<v>, ElementOf<activations>>(c, page_sizes);
-    INFO(r.failure);
-    CHECK(r.failure.empty());
-  }
+  const std::string failures =
+      typed_case_failures<k, v, activations>(varlen_cases(), precision, page_sizes);
+  INFO(failures);
+  CHECK(failures.empty());
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 // SIGILL. docs/amx-bf16.md has the details.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "gated_attention/dispatch/cpu.hpp"
 
@@ -47,6 +50,29 @@ inline bool amx_bf16_ready() {
            detail::request_tile_permission();
   }();
   return ready;
+}
+
+namespace detail {
+
+// The setting of set_amx_tiles(); at first the environment's (GATED_ATTENTION_AMX_TILES=0: off).
+inline std::atomic<bool>& amx_tiles_setting() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("GATED_ATTENTION_AMX_TILES");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }()};
+  return on;
+}
+
+}  // namespace detail
+
+// Whether the avx512_bf16 kernels run their prefill blocks of a bf16 K (and, under
+// DotPrecision::storage, a bf16 V) on AMX tiles: where amx_bf16_ready(), unless turned off here
+// or by GATED_ATTENTION_AMX_TILES=0 (then on AVX-512 panels).
+inline void set_amx_tiles(bool on) {
+  detail::amx_tiles_setting().store(on, std::memory_order_relaxed);
+}
+inline bool amx_tiles() {
+  return detail::amx_tiles_setting().load(std::memory_order_relaxed) && amx_bf16_ready();
 }
 
 }  // namespace gated_attention

@@ -118,16 +118,16 @@ inline void gather_weight_rows(const std::uint32_t* p, std::int64_t p_stride, st
 // out [rows, dv] (f32, row stride out_stride) += P V over `pairs` pairs of keys: P as the pair
 // words of P^T (StorageDot<bf16>::pair_weights: keys 2m, 2m + 1 of row r at p[m * p_stride + r]),
 // V as StorageDot<bf16>::pack_value_pairs lays it out (pair m, dims 16j..16j + 16 at
-// v[j * column + m * 16], finite up to pairs rounded up to 16). rows and dv multiples of 16;
-// `staging` holds 2 x 16 x pairs rounded up to 16 words, 64-byte aligned.
+// v[j * column + m * 16], finite up to pairs rounded up to 16). rows and dv multiples of 16,
+// pairs at most kMaxWeightPairs.
+inline constexpr std::int64_t kMaxWeightPairs = 32;
 inline void weight_value_tiles(const std::uint32_t* p, std::int64_t p_stride, std::int64_t pairs,
                                const std::uint32_t* v, std::int64_t column, std::int64_t rows,
-                               std::int64_t dv, float* out, std::int64_t out_stride,
-                               std::uint32_t* staging) {
-  const std::int64_t steps = (pairs + kTileRows - 1) / kTileRows;
-  const std::int64_t a_step = kTileRows * kTileRows, out_bytes = out_stride * 4;
-  std::uint32_t* a0 = staging;
-  std::uint32_t* a1 = staging + steps * a_step;
+                               std::int64_t dv, float* out, std::int64_t out_stride) {
+  constexpr std::int64_t a_step = kTileRows * kTileRows;  // words of one A tile
+  alignas(64) std::uint32_t a0[kMaxWeightPairs / kTileRows * a_step];
+  alignas(64) std::uint32_t a1[kMaxWeightPairs / kTileRows * a_step];
+  const std::int64_t steps = (pairs + kTileRows - 1) / kTileRows, out_bytes = out_stride * 4;
   for (std::int64_t r = 0; r < rows; r += 2 * kTileRows) {
     const bool two_rows = r + kTileRows < rows;
     gather_weight_rows(p, p_stride, pairs, steps, r, a0);

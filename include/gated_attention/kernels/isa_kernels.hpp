@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "gated_attention/core/executor.hpp"
+#include "gated_attention/dispatch/amx.hpp"
+#include "gated_attention/kernels/amx_tiles.hpp"
 #include "gated_attention/kernels/prelude.hpp"
 
 #if GATED_ATTENTION_X86

@@ -19,6 +19,7 @@
 #include "gated_attention/core/executor.hpp"
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/workspace.hpp"
+#include "gated_attention/dispatch/amx.hpp"
 #include "gated_attention/dispatch/cpu.hpp"
 #include "gated_attention/kernels/isa_kernels.hpp"
 #include "gated_attention/kernels/sdpa_plan.hpp"
@@ -102,10 +103,11 @@ bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
 }  // namespace detail
 
 // The path the next call with `args` takes: sdpa_path(), or "avx512_bf16" where it runs the
-// storage dot.
+// storage dot, "avx512_bf16+amx" where its prefill blocks also run on AMX tiles (amx_tiles()).
 template <class T, class KT, class VT>
 const char* sdpa_path(const SdpaArgs<T, KT, VT>& args) {
-  return detail::runs_storage_dot(args, active_isa()) ? "avx512_bf16" : sdpa_path();
+  if (!detail::runs_storage_dot(args, active_isa())) return sdpa_path();
+  return std::is_same_v<KT, bf16> && amx_tiles() ? "avx512_bf16+amx" : "avx512_bf16";
 }
 
 namespace detail {

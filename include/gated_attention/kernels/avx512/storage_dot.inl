@@ -212,6 +212,24 @@ struct StorageDot<bf16> {
   }
 
   static __mmask32 first(int n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
+
+  // AMX tiles over the same layouts (kernels/amx_tiles.hpp has the contracts).
+  static constexpr bool kTiles = true;
+  static void configure_tiles() { amx::configure_tiles(); }
+  static void release_tiles() { amx::release_tiles(); }
+  static void key_query_tiles(const bf16* keys, std::int64_t key_stride, std::int64_t num_keys,
+                              const std::uint32_t* q_pairs, std::int64_t rows, std::int64_t dk,
+                              float* s, std::int64_t s_stride) {
+    amx::key_query_tiles(reinterpret_cast<const std::uint16_t*>(keys), key_stride, num_keys,
+                         q_pairs, rows, dk, s, s_stride);
+  }
+  static void weight_value_tiles(const float* p, std::int64_t p_stride, std::int64_t num_keys,
+                                 const std::uint32_t* packed, std::int64_t column,
+                                 std::int64_t rows, std::int64_t dv, float* out,
+                                 std::int64_t out_stride) {
+    amx::weight_value_tiles(reinterpret_cast<const std::uint32_t*>(p), p_stride, (num_keys + 1) / 2,
+                            packed, column, rows, dv, out, out_stride);
+  }
 };
 
 // int8 K: acc (int32 lanes) += (k + 128) q over 64 bytes (vpdpbusd takes unsigned x signed), q
@@ -221,6 +239,7 @@ struct StorageDot<std::int8_t> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
   static constexpr bool kPanels = false;
+  static constexpr bool kTiles = false;
   static constexpr std::int64_t kDecodeBlock = 64;  // as for bf16
   static constexpr int kStep = 64;
   using Raw = __m512i;

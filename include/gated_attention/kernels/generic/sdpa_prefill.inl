@@ -22,9 +22,18 @@ struct PrefillBlocks {
     }
   }
 
+  // AMX tiles for S^T (a bf16 K on a path with them) and for P.V (a bf16 V whose weights are
+  // rounded), where amx_tiles() and dk is a multiple of 32 (kernels/amx_tiles.hpp).
+  static constexpr bool kTileScores = Scores::Dot::kTiles;
+  static constexpr bool kTileValues = kTileScores && Values::kPairPanels && Values::Dot::kTiles;
+  static bool uses_tiles(const UnitWork<T, KT, VT>& u) {
+    if constexpr (kTileScores) return head_dim<kDk>(u.dk) % 32 == 0 && amx_tiles();
+    return false;
+  }
+
   // Keys [n0, n0 + nb) of the unit's one head.
   static void block(const UnitWork<T, KT, VT>& u, std::int64_t n0, std::int64_t nb,
-                    bool all_visible) {
+                    bool all_visible, bool tiles) {
     const SdpaWorkerScratch& w = u.w;
     const std::int64_t rs = u.row_stride(), dvp = u.plan.dv_padded;
     const KvRows<StridedRows<KT>> key_rows = u.key_rows(n0, nb);
@@ -32,8 +41,16 @@ struct PrefillBlocks {
     const KT* keys = key_rows.rows.first;
     const VT* values = value_rows.rows.first;
     const std::int64_t k_stride = key_rows.rows.stride, v_stride = value_rows.rows.stride;
-    Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
-                           w.kv_block);
+    if constexpr (kTileScores) {
+      if (tiles) {
+        Scores::tile_prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk),
+                                    w.scores, rs);
+      }
+    }
+    if (!kTileScores || !tiles) {
+      Scores::prefill_scores(keys, k_stride, nb, w.q_t, u.rows_v, head_dim<kDk>(u.dk), w.scores, rs,
+                             w.kv_block);
+    }
     if constexpr (kScaleScores) scale_scores(w.scores, nb, u.rows_v, rs, u.scale_log2);
     if constexpr (std::is_same_v<KT, std::int8_t>) {
       u.scale_by_rows(key_rows.head_scales(0), w.scores, nb, u.rows_v, rs);
@@ -47,15 +64,26 @@ struct PrefillBlocks {
       return;
     }
     Values::pack(values, v_stride, nb, head_dim<kDv>(u.dv), dvp, w.kv_block);
+    if constexpr (kTileValues) {
+      if (tiles)
+        return Values::tile_accumulate_packed(w.scores, rs, u.rows_v, w.kv_block, nb, dvp, w.out);
+    }
     Values::accumulate_packed(w.scores, rs, u.rows, w.kv_block, nb, dvp, w.out);
   }
 
   static void run(const UnitWork<T, KT, VT>& u) {
     pack_queries(u);
+    const bool tiles = uses_tiles(u);
+    if constexpr (kTileScores) {
+      if (tiles) Scores::Dot::configure_tiles();
+    }
     for (std::int64_t n0 = u.begin, n1 = 0; n0 < u.end; n0 = n1) {
       n1 = u.segment_end(n0, std::min(u.end, n0 + kKvBlock));
       const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n1 - 1);
-      if (seen.any) block(u, n0, n1 - n0, seen.all);
+      if (seen.any) block(u, n0, n1 - n0, seen.all, tiles);
+    }
+    if constexpr (kTileScores) {
+      if (tiles) Scores::Dot::release_tiles();
     }
   }
 };

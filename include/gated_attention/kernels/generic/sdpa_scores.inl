@@ -198,6 +198,25 @@ struct ScoreTiles {
     }
   }
 
+  // prefill_scores on AMX tiles (Dot::kTiles, where amx_tiles() and dk is a multiple of 32): the
+  // block's whole groups of 16 keys by tiles over each query panel, the rest by the panels.
+  static void tile_prefill_scores(const KT* keys, std::int64_t key_stride, std::int64_t num_keys,
+                                  const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,
+                                  std::int64_t row_stride) {
+    const auto* q = reinterpret_cast<const std::uint32_t*>(q_t);
+    const std::int64_t tiled = num_keys / 16 * 16, whole = whole_panel_rows(rows_v);
+    const std::int64_t depth = panel_depth(dk);
+    for (std::int64_t r = 0; tiled > 0 && r < rows_v;) {
+      const std::int64_t width = r < whole ? kPanelRows : L;
+      Dot::key_query_tiles(keys, key_stride, tiled, q + r * depth, width, dk, s + r, row_stride);
+      r += width;
+    }
+    if (tiled < num_keys) {
+      panels(keys + tiled * key_stride, key_stride, num_keys - tiled, q_t, rows_v, dk,
+             s + tiled * row_stride, row_stride);
+    }
+  }
+
   template <class E>
   static void panels(const E* keys, std::int64_t key_stride, std::int64_t num_keys,
                      const float* q_t, std::int64_t rows_v, std::int64_t dk, float* s,

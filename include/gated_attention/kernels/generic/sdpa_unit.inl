@@ -85,23 +85,24 @@ struct UnitWork {
     const std::int64_t d = t.extents[3], ahead = Tuning::kGatherFetchKeys;
     const auto row_bytes = d * static_cast<std::int64_t>(sizeof(E));
     E* to = static_cast<E*>(rows);
-    for (std::int64_t n = 0; n < nb; ++n) {
-      if (n0 + n + ahead < end) {  // fetch one key `ahead` per key copied
-        const KeyAt next = args.key_at(unit.batch, n0 + n + ahead);
+    const bool fetches = n0 + ahead < end;
+    KeyCursor fetch = key_cursor(fetches ? n0 + ahead : n0);
+    for_each_key(n0, nb, [&](std::int64_t n, const KeyAt& key) {
+      if (fetches && n0 + n + ahead < end) {  // fetch one key `ahead` per key copied
         for (std::int64_t h = 0; h < heads; ++h) {
-          const char* row =
-              reinterpret_cast<const char*>(&t(next.index, next.row, unit.kv_head + h, 0));
+          const char* row = reinterpret_cast<const char*>(
+              &t(fetch.key.index, fetch.key.row, unit.kv_head + h, 0));
           for (std::int64_t at = 0; at < row_bytes; at += kCacheLineBytes)
             prefetch_line_l2(row + at);
         }
+        if (n0 + n + ahead + 1 < end) fetch.next();
       }
-      const KeyAt key = args.key_at(unit.batch, n0 + n);
       for (std::int64_t h = 0; h < heads; ++h) {
         const E* from = &t(key.index, key.row, unit.kv_head + h, 0);
         std::copy(from, from + d, to + (n * heads + h) * d);
       }
       gather_row_scales(scales, key, n, row_scales);
-    }
+    });
     return {{to, heads * d}, d, scales.data != nullptr ? row_scales : nullptr, heads, 1};
   }
   KvRows<StridedRows<KT>> key_rows(std::int64_t n0, std::int64_t nb) const {
@@ -111,21 +112,32 @@ struct UnitWork {
     return kv_rows(args.v, args.maybe_v_scales, n0, nb, w.v_rows, w.v_row_scales);
   }
 
-  // f(n, key) for keys n0 + n of the unit's entry, n in [0, count), walking its pages in order:
-  // one division for the run rather than one per key.
+  // The keys of the unit's entry in order from one key, walking its pages: one division for the
+  // walk rather than one per key. next() must not step past the entry's last key.
+  struct KeyCursor {
+    const SdpaArgs<T, KT, VT>& args;
+    std::int64_t batch, page, slot;
+    KeyAt key;
+    void next() {
+      if (++key.row == page) {
+        key.row = 0;
+        key.index = args.maybe_page_table(batch, ++slot);
+      }
+    }
+  };
+  KeyCursor key_cursor(std::int64_t n0) const {
+    const std::int64_t page = args.paged() ? args.k.extents[1] : 0;
+    return {args, unit.batch, page, page > 0 ? n0 / page : 0, args.key_at(unit.batch, n0)};
+  }
+
+  // f(n, key) for keys n0 + n of the unit's entry, n in [0, count), in order.
   template <class F>
   void for_each_key(std::int64_t n0, std::int64_t count, F&& f) const {
     if (count <= 0) return;
-    const std::int64_t page = args.paged() ? args.k.extents[1] : 0;
-    std::int64_t slot = page > 0 ? n0 / page : 0;
-    KeyAt key = args.key_at(unit.batch, n0);
-    for (std::int64_t n = 0;;) {
-      f(n, key);
+    KeyCursor cursor = key_cursor(n0);
+    for (std::int64_t n = 0;; cursor.next()) {
+      f(n, cursor.key);
       if (++n == count) return;
-      if (++key.row == page) {
-        key.row = 0;
-        key.index = args.maybe_page_table(unit.batch, ++slot);
-      }
     }
   }
 

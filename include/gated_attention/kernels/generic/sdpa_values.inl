@@ -92,8 +92,14 @@ struct ValueTiles {
   static void pack(const VT* values, std::int64_t value_stride, std::int64_t num_keys,
                    std::int64_t dv, std::int64_t dv_padded, float* packed) {
     if constexpr (kPairPanels) {
-      Dot::pack_value_pairs(values, value_stride, num_keys, dv, dv_padded,
-                            reinterpret_cast<std::uint32_t*>(packed), kPackedColumn);
+      auto* words = reinterpret_cast<std::uint32_t*>(packed);
+      Dot::pack_value_pairs(values, value_stride, num_keys, dv, dv_padded, words, kPackedColumn);
+      // Pairs up to a multiple of 16 zero, for the tiles (which read whole groups of 16 pairs).
+      const std::int64_t pairs = (num_keys + 1) / 2,
+                         tiled = std::min(round_up(pairs, 16), kKvBlock / 2);
+      for (std::int64_t j = 0; j * L < dv_padded; ++j) {
+        std::fill(words + j * kPackedColumn + pairs * L, words + j * kPackedColumn + tiled * L, 0u);
+      }
       return;
     }
     for (std::int64_t n = 0; n < num_keys; ++n) {
@@ -218,6 +224,16 @@ struct ValueTiles {
       packed_rows<1>(rows, p, row_stride, packed + j * kPackedColumn, num_keys, out + j * L,
                      dv_padded);
     }
+  }
+
+  // accumulate_packed on AMX tiles (Dot::kTiles, where amx_tiles()): P^T into pairs of weights in
+  // place for all `rows` (a multiple of 16), then O += P V by tiles.
+  static void tile_accumulate_packed(float* p, std::int64_t row_stride, std::int64_t rows,
+                                     const float* packed, std::int64_t num_keys,
+                                     std::int64_t dv_padded, float* out) {
+    Dot::pair_weights(p, row_stride, rows, num_keys);
+    Dot::weight_value_tiles(p, row_stride, num_keys, reinterpret_cast<const std::uint32_t*>(packed),
+                            kPackedColumn, rows, dv_padded, out, dv_padded);
   }
 
   // ---- Weights rounded for the storage dot (decode, StorageDot<VT>::kWeights) ----

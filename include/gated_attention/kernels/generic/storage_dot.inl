@@ -8,6 +8,8 @@
 //   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
 //     by broadcast_pair, V blocks by pack_value_pairs, P^T by pair_weights (load_panel,
 //     broadcast_word, dot).
+//   kTiles (where kPanels): prefill S^T and P.V by AMX tiles where amx_tiles() (key_query_tiles,
+//     weight_value_tiles between configure_tiles and release_tiles: kernels/amx_tiles.hpp).
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
@@ -17,4 +19,5 @@ struct StorageDot {
   static constexpr bool kAvailable = false;
   static constexpr bool kWeights = false;
   static constexpr bool kPanels = false;
+  static constexpr bool kTiles = false;
 };
