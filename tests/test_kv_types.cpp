@@ -138,6 +138,11 @@ TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_type
                .with_kv_types(ElementType::bf16, ElementType::bf16);
   Problem p(c);
   ga::SdpaArgs<float, ga::bf16, ga::bf16> a = p.typed_args<ga::bf16, ga::bf16>();
+  // A prefill call (32 rows of a KV head): on AMX hosts its blocks run on tiles.
+  Problem prefill(Case::make("path prefill", 1, 16, 40, 4, 2, 64, 64)
+                      .with_kv_types(ElementType::bf16, ElementType::bf16));
+  ga::SdpaArgs<float, ga::bf16, ga::bf16> ap = prefill.typed_args<ga::bf16, ga::bf16>();
+  ap.dot_precision = ga::DotPrecision::storage;
   ga::SdpaArgs<float, std::int8_t, std::int8_t> a8 = p.typed_args<std::int8_t, std::int8_t>();
   // bf16 q over a bf16 K: the storage dot reads q unscaled (exact products), so exact runs it too.
   ga::SdpaArgs<ga::bf16, ga::bf16, ga::bf16> all_bf16 = p.args_as<ga::bf16, ga::bf16, ga::bf16>();
@@ -151,11 +156,13 @@ TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_type
       ga::set_isa_limit(isa);
       const bool on_avx512 = isa == ga::Isa::avx512 && region;
       const std::string plain = ga::to_string(isa);
-      const auto expected = [&](bool int8) {
-        if (!on_avx512 || !ga::detail::wants_dot_instructions(d, ga::cpu_features(), int8)) {
+      const auto expected = [&](bool int8, bool prefill = false) {
+        const bool tiles = !int8 && ga::amx_tiles();
+        if (!on_avx512 ||
+            !ga::detail::wants_dot_instructions(d, ga::cpu_features(), int8, prefill && tiles)) {
           return plain;
         }
-        return std::string(!int8 && ga::amx_tiles() ? "avx512_bf16+amx" : "avx512_bf16");
+        return std::string(tiles ? "avx512_bf16+amx" : "avx512_bf16");
       };
       INFO("dot instructions " << ga::to_string(d) << ", path " << plain);
       a.dot_precision = ga::DotPrecision::exact;
@@ -164,6 +171,7 @@ TEST_CASE("sdpa: sdpa_path names the storage dot where it runs", "[sdpa][kv_type
       CHECK(ga::sdpa_path(a) == expected(false));
       a8.dot_precision = ga::DotPrecision::storage;
       CHECK(ga::sdpa_path(a8) == expected(true));
+      CHECK(ga::sdpa_path(ap) == expected(false, true));
       for (const ga::DotPrecision precision :
            {ga::DotPrecision::exact, ga::DotPrecision::storage}) {
         all_bf16.dot_precision = precision;
@@ -185,16 +193,20 @@ TEST_CASE("dispatch: the dot instructions where they are faster, by CPU family",
   intel.vendor = ga::CpuVendor::intel;
   amd.vendor = ga::CpuVendor::amd;
   const auto wants = ga::detail::wants_dot_instructions;
-  // vdpbf16ps does not outrun two FMA ports on Intel; vpdpbusd outruns widening everywhere.
-  CHECK_FALSE(wants(DotInstructions::where_faster, intel, false));
-  CHECK(wants(DotInstructions::where_faster, intel, true));
-  CHECK(wants(DotInstructions::where_faster, amd, false));
-  CHECK(wants(DotInstructions::where_faster, amd, true));
-  CHECK(wants(DotInstructions::where_faster, other, false));
+  // vdpbf16ps does not outrun two FMA ports on Intel, unless prefill runs on AMX tiles; vpdpbusd
+  // outruns widening everywhere.
+  CHECK_FALSE(wants(DotInstructions::where_faster, intel, false, false));
+  CHECK(wants(DotInstructions::where_faster, intel, false, true));
+  CHECK(wants(DotInstructions::where_faster, intel, true, false));
+  CHECK(wants(DotInstructions::where_faster, amd, false, false));
+  CHECK(wants(DotInstructions::where_faster, amd, true, false));
+  CHECK(wants(DotInstructions::where_faster, other, false, false));
   for (const ga::CpuFeatures& f : {intel, amd, other}) {
     for (bool int8 : {false, true}) {
-      CHECK(wants(DotInstructions::always, f, int8));
-      CHECK_FALSE(wants(DotInstructions::never, f, int8));
+      for (bool tiles : {false, true}) {
+        CHECK(wants(DotInstructions::always, f, int8, tiles));
+        CHECK_FALSE(wants(DotInstructions::never, f, int8, tiles));
+      }
     }
   }
 #if defined(__x86_64__) && defined(__linux__)

@@ -173,8 +173,8 @@ inline std::uint8_t environment_isa_limit() {
 // (where_faster, always, never; read once), the call's setting first.
 enum class DotInstructions : std::uint8_t {
   // For int8 operands on every CPU; for bf16 ones except on Intel, whose vdpbf16ps does fewer
-  // products per cycle than its f32 FMAs (docs/performance-notes.md, "Dot instructions by CPU
-  // family").
+  // products per cycle than its f32 FMAs, unless the call's prefill blocks run on AMX tiles
+  // (docs/performance-notes.md, "Dot instructions by CPU family", "AMX tiles for prefill").
   where_faster,
   always,
   never,
@@ -212,10 +212,12 @@ inline DotInstructions environment_dot_instructions() {
 }
 
 // Whether `d` asks for the dot instructions on a CPU like `f`, for K/V with an int8 operand or
-// with bf16 ones only (the region's features are checked apart).
-inline bool wants_dot_instructions(DotInstructions d, const CpuFeatures& f, bool int8_operand) {
+// with bf16 ones only, and for a call whose prefill blocks would run on AMX tiles or not (the
+// region's features are checked apart).
+inline bool wants_dot_instructions(DotInstructions d, const CpuFeatures& f, bool int8_operand,
+                                   bool prefill_on_tiles) {
   if (d != DotInstructions::where_faster) return d == DotInstructions::always;
-  return int8_operand || f.vendor != CpuVendor::intel;
+  return int8_operand || prefill_on_tiles || f.vendor != CpuVendor::intel;
 }
 
 }  // namespace detail

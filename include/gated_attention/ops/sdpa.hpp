@@ -94,10 +94,18 @@ template <class T, class KT, class VT>
 bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
   constexpr bool kExactToo = exact_query_dot_v<T, KT, VT>;
   constexpr bool kInt8 = std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, std::int8_t>;
-  return reads_storage_dot_v<KT, VT> &&
-         (args.dot_precision == DotPrecision::storage || kExactToo) && isa == Isa::avx512 &&
-         has_avx512_bf16_region_features(cpu_features()) &&
-         wants_dot_instructions(dot_instructions(), cpu_features(), kInt8);
+  if (!reads_storage_dot_v<KT, VT> || !(args.dot_precision == DotPrecision::storage || kExactToo) ||
+      isa != Isa::avx512 || !has_avx512_bf16_region_features(cpu_features())) {
+    return false;
+  }
+  // Planned only where the answer depends on it: bf16 K/V on Intel by default.
+  const DotInstructions d = dot_instructions();
+  const bool ask = d == DotInstructions::where_faster && !kInt8 &&
+                   cpu_features().vendor == CpuVendor::intel && std::is_same_v<KT, bf16>;
+  const SdpaShape shape = SdpaShape::of(args);
+  const bool tiles = ask && amx_tiles() && validate(shape).is_ok() &&
+                     kernels::make_sdpa_plan(shape, 1).uses(kernels::SdpaRegime::prefill);
+  return wants_dot_instructions(d, cpu_features(), kInt8, tiles);
 }
 
 }  // namespace detail
