@@ -18,7 +18,9 @@
 // (times max(1, |act|) for a multiplying gate): the kernels flush denormal inputs and results to
 // zero (kernels/denormals.hpp), each of up to kv_len accumulations and the normalisation may
 // lose up to 2^-126. The
-// whole output's NMSE <= f^2 * kSdpaMaxNmse, checked when the output's RMS is at least
+// whole output's NMSE <= f^2 * kSdpaMaxNmse (under DotPrecision::storage each reference element
+// counted as at least m_v: the rounded weights' bound is a share of max|v|), checked when the
+// output's RMS is at least
 // 100 * atol * m_v (below that the output is dominated by values near 0, where the per-element
 // atol governs), over the error beyond the activation's and the flush's absolute allowance.
 // Log-sum-exp: |got - ref| <= kSdpaLseAtol + lse_rtol * |ref|. Statistics: sink share and gate mean
@@ -1150,6 +1152,7 @@ inline Comparison compare(const Problem& p) {
                                    : c.activation_type == ElementType::f16 ? 0x1p-11
                                                                            : 0.0;
   const double out_step = c.activation_type == ElementType::f16 ? 0x1p-25 : 0.0;
+  const bool storage = c.precision == DotPrecision::storage;
   double diff2 = 0.0, ref2 = 0.0;
   std::int64_t compared = 0;
   const bool multiply = c.combine == GateCombine::multiply;
@@ -1192,7 +1195,9 @@ inline Comparison compare(const Problem& p) {
           // rounding's allowances (documented separately) are taken off first.
           const double excess = std::max(0.0, std::fabs(got - ref) - gate_error - rounding);
           diff2 += excess * excess;
-          ref2 += ref * ref;
+          // Under storage the rounded weights move an output by a share of max|v| (<= m_v), not
+          // of |ref| (which cancellation can make small): measured against that scale.
+          ref2 += storage ? std::max(ref * ref, m_v * m_v) : ref * ref;
           ++compared;
         }
         const std::int64_t kv = h / g, j = h % g;
