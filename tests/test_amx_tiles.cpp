@@ -21,6 +21,8 @@ namespace {
 
 namespace ga = gated_attention;
 
+#if defined(__x86_64__)
+
 float bf16_value(std::uint16_t bits) {
   return ga::to_float(ga::bf16::from_bits(bits));
 }
@@ -33,6 +35,8 @@ std::uint16_t random_bf16(std::mt19937& rng) {
 std::uint32_t pair_word(std::uint16_t low, std::uint16_t high) {
   return low | static_cast<std::uint32_t>(high) << 16;
 }
+
+#endif
 
 }  // namespace
 
