@@ -90,22 +90,18 @@ template <class T, class KT, class VT>
 inline constexpr bool exact_query_dot_v = false;
 #endif
 
+// Whether a call with `args` runs the storage dot kernels; `has_prefill`: whether its plan has
+// prefill units (bf16 K/V on Intel take them only where those run on AMX tiles).
 template <class T, class KT, class VT>
-bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
+bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa, bool has_prefill) {
   constexpr bool kExactToo = exact_query_dot_v<T, KT, VT>;
   constexpr bool kInt8 = std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, std::int8_t>;
   if (!reads_storage_dot_v<KT, VT> || !(args.dot_precision == DotPrecision::storage || kExactToo) ||
       isa != Isa::avx512 || !has_avx512_bf16_region_features(cpu_features())) {
     return false;
   }
-  // Planned only where the answer depends on it: bf16 K/V on Intel by default.
-  const DotInstructions d = dot_instructions();
-  const bool ask = d == DotInstructions::where_faster && !kInt8 &&
-                   cpu_features().vendor == CpuVendor::intel && std::is_same_v<KT, bf16>;
-  const SdpaShape shape = SdpaShape::of(args);
-  const bool tiles = ask && amx_tiles() && validate(shape).is_ok() &&
-                     kernels::make_sdpa_plan(shape, 1).uses(kernels::SdpaRegime::prefill);
-  return wants_dot_instructions(d, cpu_features(), kInt8, tiles);
+  const bool tiles = has_prefill && std::is_same_v<KT, bf16> && amx_tiles();
+  return wants_dot_instructions(dot_instructions(), cpu_features(), kInt8, tiles);
 }
 
 }  // namespace detail
@@ -114,7 +110,9 @@ bool runs_storage_dot(const SdpaArgs<T, KT, VT>& args, Isa isa) {
 // storage dot, "avx512_bf16+amx" where its prefill blocks also run on AMX tiles (amx_tiles()).
 template <class T, class KT, class VT>
 const char* sdpa_path(const SdpaArgs<T, KT, VT>& args) {
-  if (!detail::runs_storage_dot(args, active_isa())) return sdpa_path();
+  const bool has_prefill = can_implement(args).is_ok() &&
+                           kernels::make_sdpa_plan(args, 1).uses(kernels::SdpaRegime::prefill);
+  if (!detail::runs_storage_dot(args, active_isa(), has_prefill)) return sdpa_path();
   return std::is_same_v<KT, bf16> && amx_tiles() ? "avx512_bf16+amx" : "avx512_bf16";
 }
 
@@ -127,10 +125,11 @@ struct SdpaTaskFns {
 
 template <class T, class KT, class VT>
 SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa isa,
-                          std::int64_t dk, std::int64_t dv) {
+                          [[maybe_unused]] const kernels::SdpaPlan& plan) {
+  const std::int64_t dk = plan.dk, dv = plan.dv;
 #if GATED_ATTENTION_X86
   if constexpr (reads_storage_dot_v<KT, VT>) {
-    if (runs_storage_dot(args, isa)) {
+    if (runs_storage_dot(args, isa, plan.uses(kernels::SdpaRegime::prefill))) {
       return {kernels::avx512_bf16::sdpa_task_fn<T, KT, VT>(dk, dv, args.dot_precision),
               &kernels::avx512_bf16::sdpa_merge<T, KT, VT>};
     }
@@ -181,7 +180,7 @@ Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, i
   ctx.plan = &plan;
   ctx.layout = &layout;
   ctx.scale_log2 = args.scale_log2();
-  const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan.dk, plan.dv);
+  const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan);
   if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
     body(ctx, plan, fns);
     return Status::ok();

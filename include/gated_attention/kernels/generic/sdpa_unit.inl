@@ -85,10 +85,9 @@ struct UnitWork {
     const std::int64_t d = t.extents[3], ahead = Tuning::kGatherFetchKeys;
     const auto row_bytes = d * static_cast<std::int64_t>(sizeof(E));
     E* to = static_cast<E*>(rows);
-    const bool fetches = n0 + ahead < end;
-    KeyCursor fetch = key_cursor(fetches ? n0 + ahead : n0);
+    KeyCursor fetch = key_cursor(std::min(n0 + ahead, end - 1));  // stepped within the entry only
     for_each_key(n0, nb, [&](std::int64_t n, const KeyAt& key) {
-      if (fetches && n0 + n + ahead < end) {  // fetch one key `ahead` per key copied
+      if (n0 + n + ahead < end) {  // fetch one key `ahead` per key copied
         for (std::int64_t h = 0; h < heads; ++h) {
           const char* row = reinterpret_cast<const char*>(
               &t(fetch.key.index, fetch.key.row, unit.kv_head + h, 0));
