@@ -16,25 +16,36 @@ function(gated_attention_project_options target)
   endif()
 endfunction()
 
-# An OBJECT library `name` holding the kernels, one generated unit per ISA path
-# (gated_attention/instantiate_kernels.hpp), which build in parallel; a path the platform lacks
-# compiles to nothing. Targets linking it define GATED_ATTENTION_EXTERN_KERNELS, and with
-# `typed` (the K/V and activation type combinations compiled too)
-# GATED_ATTENTION_EXTERN_TYPED_KERNELS.
+# An OBJECT library `name` holding the kernels, generated units that build in parallel
+# (gated_attention/instantiate_kernels.hpp): one per ISA path for the f32 kernels, and with
+# `typed` one per path and group of type combinations (GATED_ATTENTION_TYPED_KERNELS_<n>), so that
+# no unit takes long; a path the platform lacks compiles to nothing. Targets linking it define
+# GATED_ATTENTION_EXTERN_KERNELS, and with `typed` GATED_ATTENTION_EXTERN_TYPED_KERNELS.
 function(gated_attention_add_kernels_library name typed)
   add_library(${name} OBJECT)
-  set(typed_define "")
-  if(typed)
-    set(typed_define "#define GATED_ATTENTION_INSTANTIATE_TYPED_KERNELS 1\n")
-    target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_TYPED_KERNELS)
-  endif()
-  foreach(path SCALAR AVX2 AVX512 AVX512_BF16 NEON)
+  foreach(path SCALAR AVX2 AVX512 NEON)
     string(TOLOWER ${path} isa)
     set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
     file(GENERATE OUTPUT ${unit} CONTENT
-      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n${typed_define}#include <gated_attention/instantiate_kernels.hpp>\n")
+      "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#include <gated_attention/instantiate_kernels.hpp>\n")
     target_sources(${name} PRIVATE ${unit})
   endforeach()
+  if(typed)
+    target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_TYPED_KERNELS)
+    foreach(path SCALAR AVX2 AVX512 AVX512_BF16 NEON)
+      string(TOLOWER ${path} isa)
+      set(groups 0 1 2 3)
+      if(path STREQUAL "AVX512_BF16")
+        set(groups 1 2 3)  # those the storage dot reads
+      endif()
+      foreach(n ${groups})
+        set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}_group${n}.cpp)
+        file(GENERATE OUTPUT ${unit} CONTENT
+          "#define GATED_ATTENTION_INSTANTIATE_ONLY_${path} 1\n#define GATED_ATTENTION_INSTANTIATE_GROUP ${n}\n#include <gated_attention/instantiate_kernels.hpp>\n")
+        target_sources(${name} PRIVATE ${unit})
+      endforeach()
+    endforeach()
+  endif()
   target_link_libraries(${name} PUBLIC gated_attention::gated_attention)
   gated_attention_project_options(${name})
   target_compile_definitions(${name} INTERFACE GATED_ATTENTION_EXTERN_KERNELS)

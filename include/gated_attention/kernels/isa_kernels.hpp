@@ -103,20 +103,31 @@
 #endif
 
 // The type combinations beyond f32 the project's own programs (tests, benchmarks) compile once,
-// in its kernels library, under GATED_ATTENTION_EXTERN_TYPED_KERNELS; of one path.
-#define GATED_ATTENTION_TYPED_KERNELS_OF(prefix, isa)                                  \
+// in its kernels library, under GATED_ATTENTION_EXTERN_TYPED_KERNELS; of one path. In groups by K
+// type, which share most of their code, so that a build can compile each group in a unit of its
+// own (GATED_ATTENTION_INSTANTIATE_GROUP in instantiate_kernels.hpp): 0 f16 K (and the output gate
+// of bf16 and f16 activations), 1 bf16 K, 2 and 3 int8 K. Groups 1 to 3 are those the storage dot
+// reads, the only ones the avx512_bf16 path compiles.
+#define GATED_ATTENTION_TYPED_KERNELS_0(prefix, isa)                                   \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                        \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, f16, f16, f16)                          \
   prefix template void kernels::isa::output_gate_task<bf16>(void*, std::int64_t, int); \
-  prefix template void kernels::isa::output_gate_task<f16>(void*, std::int64_t, int);  \
-  GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)
-// Those with a type the storage dot reads (the only ones the avx512_bf16 path compiles).
-#define GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)                     \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16)               \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, bf16, bf16, bf16)                \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, std::int8_t) \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, std::int8_t)        \
+  prefix template void kernels::isa::output_gate_task<f16>(void*, std::int64_t, int);
+#define GATED_ATTENTION_TYPED_KERNELS_1(prefix, isa)              \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, bf16, bf16, bf16)  \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, std::int8_t)
+#define GATED_ATTENTION_TYPED_KERNELS_2(prefix, isa) \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, std::int8_t)
+#define GATED_ATTENTION_TYPED_KERNELS_3(prefix, isa) \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, std::int8_t, f16)
+#define GATED_ATTENTION_TYPED_KERNELS_OF(prefix, isa) \
+  GATED_ATTENTION_TYPED_KERNELS_0(prefix, isa)        \
+  GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa)
+#define GATED_ATTENTION_STORAGE_DOT_KERNELS_OF(prefix, isa) \
+  GATED_ATTENTION_TYPED_KERNELS_1(prefix, isa)              \
+  GATED_ATTENTION_TYPED_KERNELS_2(prefix, isa)              \
+  GATED_ATTENTION_TYPED_KERNELS_3(prefix, isa)
 
 #ifdef GATED_ATTENTION_EXTERN_KERNELS
 namespace gated_attention {
