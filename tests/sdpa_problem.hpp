@@ -1420,8 +1420,8 @@ std::vector<PathChoice> path_choices(const SdpaArgs<T, KT, VT>& args) {
     choices.push_back({isa, DotInstructions::always});
     set_isa_limit(isa);
     set_dot_instructions(DotInstructions::always);
-    if (!detail::runs_storage_dot(args, isa, false))
-      continue;  // `always`: the plan does not matter
+    // Under `always` the plan does not matter: no prefill units passed.
+    if (!detail::runs_storage_dot(args, isa, false)) continue;
     choices.push_back({isa, DotInstructions::never});
     if (std::is_same_v<KT, bf16> && amx_bf16_ready()) {
       choices.push_back({isa, DotInstructions::always, false});

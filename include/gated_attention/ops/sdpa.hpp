@@ -125,7 +125,7 @@ struct SdpaTaskFns {
 
 template <class T, class KT, class VT>
 SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa isa,
-                          [[maybe_unused]] const kernels::SdpaPlan& plan) {
+                          const kernels::SdpaPlan& plan) {
   const std::int64_t dk = plan.dk, dv = plan.dv;
 #if GATED_ATTENTION_X86
   if constexpr (reads_storage_dot_v<KT, VT>) {
