@@ -1,6 +1,7 @@
 // block/<gate>/<dtype>/<shape>/threads:<n>: GatedMultiHeadAttention::forward on the named shapes
 // with the model's hidden size: Qwen3-Next's layout (q and the gate packed per head in q_proj,
-// zero-centred QK RMSNorm, RoPE on a quarter of each head), projections through Eigen. Prefill
+// zero-centred QK RMSNorm, RoPE on a quarter of each head), projections through the build's default
+// backend (OpenBLAS where found, Eigen otherwise; the label names it). Prefill
 // shapes start from an empty cache; the chunk and decode shapes append q_len tokens after
 // kv_len - q_len cached ones (the cache is reset to that length before every call).
 // Counters: flops (projection FLOPs + useful attention FLOPs per second) and bytes_per_second
@@ -8,9 +9,13 @@
 // the sdpa/<gate> - sdpa/none difference is the cost of the extra gate projection.
 // dtype: f32 (every shape and gate), or f32-kv<t>[-storage] (f32 activations and weights, the
 // cache in t = bf16, f16 or i8 by ops/store_kv; the elementwise gate on the decode shapes).
+// projection_backend_speedup/elementwise/f32/<shape>/threads:<n> (where the default backend is
+// not Eigen): counter speedup, Eigen's block time over the default backend's, paired. Built with
+// -march=native it is what a consumer without -march gains over the best Eigen build.
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -43,93 +48,158 @@ ga::BlockConfig block_config(const AttentionShape& s, Gate gate) {
   return c;
 }
 
+// One shape's weights, cache, inputs and workers; forward() runs a block over them from the same
+// cached length every time. Holds views of its own buffers: neither copied nor moved.
+template <class KvT>
+struct BlockCase {
+  AttentionShape s;
+  ga::BlockConfig c;
+  std::int64_t prefix;
+  ga::bench::AlignedVector<float> wq, wk, wv, wo, norm, x, y;
+  ga::BlockWeights<float> w;
+  ga::bench::AlignedVector<KvT> k_cache, v_cache;
+  ga::bench::AlignedVector<float> k_scales, v_scales;
+  std::vector<std::int64_t> lengths, positions;
+  ga::BlockForwardArgs<float, KvT> args;
+  ga::ThreadPool pool;
+  ga::Executor executor;
+  std::vector<std::byte> workspace;
+
+  BlockCase(AttentionShape shape, Gate gate, int threads, ga::DotPrecision precision)
+      : s(shape), c(block_config(shape, gate)), prefix(shape.kv_len - shape.q_len), pool(threads) {
+    const std::int64_t hid = c.hidden_size;
+    // Weights scaled so that activations stay O(1).
+    auto weight = [&](std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+      ga::bench::AlignedVector<float> m =
+          ga::bench::random_buffer(static_cast<std::size_t>(rows * cols), seed);
+      for (float& e : m) e *= 0.05f;
+      return m;
+    };
+    wq = weight(c.q_proj_rows(), hid, 11);
+    wk = weight(c.kv_width(), hid, 12);
+    wv = weight(c.kv_width(), hid, 13);
+    wo = weight(hid, c.q_width(), 14);
+    norm.assign(static_cast<std::size_t>(c.head_dim), 0.1f);
+    w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
+    w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
+    w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
+    w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
+    w.maybe_q_norm = w.maybe_k_norm = norm.data();
+    make_cache();
+    make_inputs();
+    args.dot_precision = precision;
+    executor = threads > 1 ? pool.executor() : ga::Executor{};
+  }
+  BlockCase(const BlockCase&) = delete;
+  BlockCase& operator=(const BlockCase&) = delete;
+
+  void make_cache() {
+    const std::int64_t b = s.batch;
+    const std::array<std::int64_t, 4> extents = {b, s.kv_len, c.num_kv_heads, c.head_dim};
+    const auto elements = static_cast<std::size_t>(b * s.kv_len * c.kv_width());
+    k_cache.resize(elements);
+    v_cache.resize(elements);
+    ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
+                              ga::bench::random_buffer(elements, 15).data(), extents),
+                          k_cache, k_scales);
+    ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
+                              ga::bench::random_buffer(elements, 16).data(), extents),
+                          v_cache, v_scales);
+    lengths.assign(static_cast<std::size_t>(b), prefix);
+    args.cache = {ga::TensorView<KvT, 4>::contiguous(k_cache.data(), extents),
+                  ga::TensorView<KvT, 4>::contiguous(v_cache.data(), extents), lengths.data()};
+    if constexpr (std::is_same_v<KvT, std::int8_t>) {
+      const std::array<std::int64_t, 3> scale_extents = {b, s.kv_len, c.num_kv_heads};
+      args.cache.maybe_k_scales =
+          ga::TensorView<float, 3>::contiguous(k_scales.data(), scale_extents);
+      args.cache.maybe_v_scales =
+          ga::TensorView<float, 3>::contiguous(v_scales.data(), scale_extents);
+    }
+  }
+
+  void make_inputs() {
+    const std::int64_t b = s.batch, hid = c.hidden_size;
+    x = ga::bench::random_buffer(static_cast<std::size_t>(b * s.q_len * hid), 17);
+    y.resize(x.size());
+    for (std::int64_t i = 0; i < b; ++i) {
+      for (std::int64_t t = 0; t < s.q_len; ++t) positions.push_back(prefix + t);
+    }
+    args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {b, s.q_len, hid});
+    args.positions =
+        ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {b, s.q_len});
+    args.y = ga::TensorView<float, 3>::contiguous(y.data(), {b, s.q_len, hid});
+  }
+
+  // Checks the call and sizes the workspace; false (the state skipped) on error.
+  bool prepare(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT>& block) {
+    const ga::Status status = block.can_implement(args);
+    if (!status) {
+      state.SkipWithError(status.message());
+      return false;
+    }
+    workspace.resize(std::max(workspace.size(), block.workspace_size(args, executor)));
+    return true;
+  }
+
+  void forward(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT>& block) {
+    for (auto& n : lengths) n = prefix;
+    const ga::Status status =
+        block.forward(args, ga::Workspace(workspace.data(), workspace.size()), executor);
+    if (!status) state.SkipWithError(status.message());
+    benchmark::DoNotOptimize(y.data());
+  }
+
+  // Projection FLOPs + useful attention FLOPs per call.
+  double flops() const {
+    const double rows = static_cast<double>(s.batch * s.q_len);
+    return 2.0 * rows * weight_elements() + s.useful_flops();
+  }
+  // Weight bytes + K/V bytes read per call.
+  double bytes() const {
+    const double kv_rows = static_cast<double>(s.batch * s.kv_len * s.kv_heads);
+    return 4.0 * weight_elements() + ga::bench::kv_bytes_of<KvT>(kv_rows, s.head_dim);
+  }
+  double weight_elements() const {
+    const std::int64_t hid = c.hidden_size;
+    return static_cast<double>((c.q_proj_rows() + 2 * c.kv_width()) * hid + hid * c.q_width());
+  }
+  // The attention path, and the projections' backend.
+  std::string label(const ga::LinearHook<float>& gemm) const {
+    ga::SdpaArgs<float, KvT, KvT> path_args;
+    path_args.dot_precision = args.dot_precision;
+    return std::string(ga::sdpa_path(path_args)) + " proj=" + ga::linear_backend(gemm);
+  }
+};
+
 template <class KvT>
 void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads,
                ga::DotPrecision precision) {
-  const ga::BlockConfig c = block_config(s, gate);
-  const std::int64_t hid = c.hidden_size, b = s.batch, prefix = s.kv_len - s.q_len;
-  // Weights scaled so that activations stay O(1).
-  auto weight = [&](std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
-    ga::bench::AlignedVector<float> w =
-        ga::bench::random_buffer(static_cast<std::size_t>(rows * cols), seed);
-    for (float& x : w) x *= 0.05f;
-    return w;
-  };
-  const auto wq = weight(c.q_proj_rows(), hid, 11), wk = weight(c.kv_width(), hid, 12);
-  const auto wv = weight(c.kv_width(), hid, 13), wo = weight(hid, c.q_width(), 14);
-  const ga::bench::AlignedVector<float> norm(static_cast<std::size_t>(c.head_dim), 0.1f);
-  ga::BlockWeights<float> w;
-  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
-  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
-  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
-  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
-  w.maybe_q_norm = w.maybe_k_norm = norm.data();
-  const ga::GatedMultiHeadAttention<float, KvT> block(c, w);
-
-  const std::array<std::int64_t, 4> cache_extents = {b, s.kv_len, c.num_kv_heads, c.head_dim};
-  const auto cache_elements = static_cast<std::size_t>(b * s.kv_len * c.kv_width());
-  ga::bench::AlignedVector<KvT> k_cache(cache_elements), v_cache(cache_elements);
-  ga::bench::AlignedVector<float> k_scales, v_scales;
-  ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
-                            ga::bench::random_buffer(cache_elements, 15).data(), cache_extents),
-                        k_cache, k_scales);
-  ga::bench::store_rows(ga::TensorView<const float, 4>::contiguous(
-                            ga::bench::random_buffer(cache_elements, 16).data(), cache_extents),
-                        v_cache, v_scales);
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(b), prefix);
-  const auto x = ga::bench::random_buffer(static_cast<std::size_t>(b * s.q_len * hid), 17);
-  ga::bench::AlignedVector<float> y(x.size());
-  std::vector<std::int64_t> positions;
-  for (std::int64_t i = 0; i < b; ++i) {
-    for (std::int64_t t = 0; t < s.q_len; ++t) positions.push_back(prefix + t);
-  }
-  ga::BlockForwardArgs<float, KvT> args;
-  args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {b, s.q_len, hid});
-  args.positions =
-      ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {b, s.q_len});
-  args.cache = {ga::TensorView<KvT, 4>::contiguous(k_cache.data(), cache_extents),
-                ga::TensorView<KvT, 4>::contiguous(v_cache.data(), cache_extents), lengths.data()};
-  if constexpr (std::is_same_v<KvT, std::int8_t>) {
-    const std::array<std::int64_t, 3> scale_extents = {b, s.kv_len, c.num_kv_heads};
-    args.cache.maybe_k_scales =
-        ga::TensorView<float, 3>::contiguous(k_scales.data(), scale_extents);
-    args.cache.maybe_v_scales =
-        ga::TensorView<float, 3>::contiguous(v_scales.data(), scale_extents);
-  }
-  args.y = ga::TensorView<float, 3>::contiguous(y.data(), {b, s.q_len, hid});
-  args.dot_precision = precision;
-
-  ga::ThreadPool pool(threads);
-  const ga::Executor executor = threads > 1 ? pool.executor() : ga::Executor{};
-  const ga::Status status = block.can_implement(args);
-  if (!status) {
-    state.SkipWithError(status.message());
-    return;
-  }
-  std::vector<std::byte> workspace(block.workspace_size(args, executor));
+  BlockCase<KvT> bc(s, gate, threads, precision);
+  const ga::GatedMultiHeadAttention<float, KvT> block(bc.c, bc.w);
+  if (!bc.prepare(state, block)) return;
   std::int64_t calls = 0;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    for (auto& n : lengths) n = prefix;
-    const ga::Status s_run =
-        block.forward(args, ga::Workspace(workspace.data(), workspace.size()), executor);
-    if (!s_run) state.SkipWithError(s_run.message());
-    benchmark::DoNotOptimize(y.data());
+    bc.forward(state, block);
     ++calls;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double rows = static_cast<double>(b * s.q_len);
-  const double weight_elements =
-      static_cast<double>((c.q_proj_rows() + 2 * c.kv_width()) * hid + hid * c.q_width());
-  const double flops = 2.0 * rows * weight_elements + s.useful_flops();
-  const double kv_rows = static_cast<double>(b * s.kv_len * s.kv_heads);
-  const double bytes = 4.0 * weight_elements + ga::bench::kv_bytes_of<KvT>(kv_rows, s.head_dim);
-  state.counters["flops"] = flops * static_cast<double>(calls) / seconds;
-  state.counters["bytes_per_second"] = bytes * static_cast<double>(calls) / seconds;
-  ga::SdpaArgs<float, KvT, KvT> path_args;
-  path_args.dot_precision = precision;
-  state.SetLabel(ga::sdpa_path(path_args));
+  state.counters["flops"] = bc.flops() * static_cast<double>(calls) / seconds;
+  state.counters["bytes_per_second"] = bc.bytes() * static_cast<double>(calls) / seconds;
+  state.SetLabel(bc.label({}));
+}
+
+// projection_backend_speedup/...: counter speedup, the median over back-to-back pairs of (the
+// block with Eigen's projections / the block with the build's default backend).
+void run_backend_pair(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+  BlockCase<float> bc(s, gate, threads, ga::DotPrecision::exact);
+  const ga::GatedMultiHeadAttention<float> eigen(bc.c, bc.w, {&ga::linear_eigen<float>, nullptr});
+  const ga::GatedMultiHeadAttention<float> backend(bc.c, bc.w);
+  if (!bc.prepare(state, eigen) || !bc.prepare(state, backend)) return;
+  ga::bench::time_pairs(
+      state, "speedup", [&] { bc.forward(state, backend); }, [&] { bc.forward(state, eigen); });
+  state.SetLabel(bc.label({}));
 }
 
 template <class KvT>
@@ -156,6 +226,16 @@ int register_block() {
                                  s.name + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), run_block<float>, s, gate, threads,
                                      ga::DotPrecision::exact)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  if (std::string(ga::linear_backend<float>()) != "eigen") {
+    for (const AttentionShape& s : ga::bench::kShapes) {
+      for (int threads : {1, 2}) {
+        const std::string name = std::string("projection_backend_speedup/elementwise/f32/") +
+                                 s.name + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), run_backend_pair, s, Gate::elementwise, threads)
             ->Unit(benchmark::kMillisecond);
       }
     }

@@ -19,6 +19,7 @@ write_basic_package_version_file(
   COMPATIBILITY SameMinorVersion
   ARCH_INDEPENDENT)
 install(FILES
+  "${PROJECT_SOURCE_DIR}/cmake/GatedAttentionOpenBLAS.cmake"
   "${PROJECT_BINARY_DIR}/gated_attentionConfig.cmake"
   "${PROJECT_BINARY_DIR}/gated_attentionConfigVersion.cmake"
   DESTINATION "${GATED_ATTENTION_CMAKE_DIR}")

@@ -81,6 +81,20 @@ inline std::vector<Isa> available_isas() {
   return isas;
 }
 
+// The projection backends this build has: Eigen (the reference path of the block's tests) and
+// OpenBLAS where the build found it (ops/linear_openblas.hpp).
+struct LinearBackend {
+  const char* name;
+  LinearHook<float> hook;
+};
+inline std::vector<LinearBackend> linear_backends() {
+  std::vector<LinearBackend> backends = {{"eigen", {&linear_eigen<float>, nullptr}}};
+#if GATED_ATTENTION_OPENBLAS
+  backends.push_back({"openblas", openblas_linear_hook<float>()});
+#endif
+  return backends;
+}
+
 // The vectorised math of each available path, over arrays (kernels/generic/math.inl).
 struct MathPath {
   const char* name;

@@ -110,9 +110,10 @@ struct Steps {
   const Model<float>& model;
   ga::Executor executor;
   std::int64_t seqs, capacity;
+  ga::LinearHook<float> gemm = {};
 
   void run(std::uint64_t salt) const {
-    const ga::GatedMultiHeadAttention<float> block(model.c, model.weights());
+    const ga::GatedMultiHeadAttention<float> block(model.c, model.weights(), gemm);
     const BlockRun runner{block, executor};
     Cache<float> ours(model.c, seqs, capacity), theirs(model.c, seqs, capacity);
     std::mt19937_64 rng = make_rng(salt);
@@ -179,9 +180,12 @@ TEST_CASE("Block matches the reference: layouts, gates, norms, biases, paths, th
     for (const ga::Isa isa : available_isas()) {
       ga::set_isa_limit(isa);
       for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
-        INFO("layout " << name_of(var.layout) << ", gate " << name_of(var.mode) << ", path "
-                       << ga::to_string(isa) << ", workers " << executor.num_workers);
-        Steps{m, executor, 3, 48}.run(salt);
+        for (const ga::testing::LinearBackend& backend : ga::testing::linear_backends()) {
+          INFO("layout " << name_of(var.layout) << ", gate " << name_of(var.mode) << ", path "
+                         << ga::to_string(isa) << ", workers " << executor.num_workers
+                         << ", projections " << backend.name);
+          Steps{m, executor, 3, 48, backend.hook}.run(salt);
+        }
       }
     }
     ga::clear_isa_limit();

@@ -154,41 +154,44 @@ TEST_CASE("Block matches transformers' Qwen3NextAttention on every path", "[bloc
   INFO(loaded.message());
   REQUIRE(loaded.is_ok());
   const ga::BlockConfig& c = f.config;
-  const ga::GatedMultiHeadAttention<float> block(c, f.weights);
   ga::ThreadPool pool(2);
 
   for (const ga::Isa isa : ga::testing::available_isas()) {
     ga::set_isa_limit(isa);
     for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
-      INFO("path " << ga::to_string(isa) << ", workers " << executor.num_workers);
-      const std::int64_t capacity = 64;
-      Tensor<float, 4> k({2, capacity, c.num_kv_heads, c.head_dim});
-      Tensor<float, 4> v({2, capacity, c.num_kv_heads, c.head_dim});
-      std::vector<std::int64_t> lengths = {0, 0};
-      ga::KvCacheView<float> both{k.view(), v.view(), lengths.data()};
-      ga::KvCacheView<float> first = both, second = both;
-      first.k.extents[0] = first.v.extents[0] = 1;
-      second.k =
-          ga::TensorView<float, 4>(k.data.data() + k.view().strides[0],
-                                   {1, capacity, c.num_kv_heads, c.head_dim}, k.view().strides);
-      second.v =
-          ga::TensorView<float, 4>(v.data.data() + v.view().strides[0],
-                                   {1, capacity, c.num_kv_heads, c.head_dim}, v.view().strides);
-      second.lengths = lengths.data() + 1;
+      for (const ga::testing::LinearBackend& backend : ga::testing::linear_backends()) {
+        INFO("path " << ga::to_string(isa) << ", workers " << executor.num_workers
+                     << ", projections " << backend.name);
+        const ga::GatedMultiHeadAttention<float> block(c, f.weights, backend.hook);
+        const std::int64_t capacity = 64;
+        Tensor<float, 4> k({2, capacity, c.num_kv_heads, c.head_dim});
+        Tensor<float, 4> v({2, capacity, c.num_kv_heads, c.head_dim});
+        std::vector<std::int64_t> lengths = {0, 0};
+        ga::KvCacheView<float> both{k.view(), v.view(), lengths.data()};
+        ga::KvCacheView<float> first = both, second = both;
+        first.k.extents[0] = first.v.extents[0] = 1;
+        second.k =
+            ga::TensorView<float, 4>(k.data.data() + k.view().strides[0],
+                                     {1, capacity, c.num_kv_heads, c.head_dim}, k.view().strides);
+        second.v =
+            ga::TensorView<float, 4>(v.data.data() + v.view().strides[0],
+                                     {1, capacity, c.num_kv_heads, c.head_dim}, v.view().strides);
+        second.lengths = lengths.data() + 1;
 
-      // Sequence 0: prefill, then decode steps, alone.
-      for (const Qwen3NextFixtureStep& step : f.steps) check_step(block, step, first, executor);
-      CHECK(lengths[0] == 37 + static_cast<std::int64_t>(f.batch_decode.size()));
+        // Sequence 0: prefill, then decode steps, alone.
+        for (const Qwen3NextFixtureStep& step : f.steps) check_step(block, step, first, executor);
+        CHECK(lengths[0] == 37 + static_cast<std::int64_t>(f.batch_decode.size()));
 
-      // The batch: sequence 0 again from its prefill, sequence 1 prefilled, then both decode.
-      lengths = {0, 0};
-      check_step(block, f.steps[0], first, executor);
-      check_step(block, f.seq1_prefill, second, executor);
-      for (const Qwen3NextFixtureStep& step : f.batch_decode) {
-        check_step(block, step, both, executor);
+        // The batch: sequence 0 again from its prefill, sequence 1 prefilled, then both decode.
+        lengths = {0, 0};
+        check_step(block, f.steps[0], first, executor);
+        check_step(block, f.seq1_prefill, second, executor);
+        for (const Qwen3NextFixtureStep& step : f.batch_decode) {
+          check_step(block, step, both, executor);
+        }
+        CHECK(lengths[1] == f.seq1_prefill.hidden_states.extents[1] +
+                                static_cast<std::int64_t>(f.batch_decode.size()));
       }
-      CHECK(lengths[1] == f.seq1_prefill.hidden_states.extents[1] +
-                              static_cast<std::int64_t>(f.batch_decode.size()));
     }
   }
   ga::clear_isa_limit();

@@ -139,3 +139,82 @@ TEST_CASE("linear: validation", "[reference][linear]") {
     CHECK(contains(s, "overlaps"));
   }
 }
+
+TEST_CASE("linear: every projection backend matches the reference: rows, bias, strides, threads",
+          "[linear]") {
+  // Shapes around the backends' own choices (one GEMV per row up to 3 rows, GEMM above; empty
+  // products), dense and padded rows, y filled with NaN first (every element must be written) and
+  // its padding checked untouched. Bound per element: (in + 2) 2^-24 (sum_i |x_i w_i| + |b|).
+  std::mt19937_64 rng = make_rng(33);
+  std::normal_distribution<float> normal;
+  ga::ThreadPool pool(2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const ga::testing::LinearBackend& backend : ga::testing::linear_backends()) {
+    for (const std::int64_t rows : {0, 1, 2, 3, 4, 9}) {
+      for (const std::int64_t in : {0, 1, 7, 64}) {
+        for (const std::int64_t out : {1, 5, 70}) {
+          for (const bool bias : {false, true}) {
+            for (const std::int64_t pad : {0, 3}) {
+              INFO("backend " << backend.name << ", rows " << rows << ", in " << in << ", out "
+                              << out << ", bias " << bias << ", pad " << pad);
+              std::vector<float> x(static_cast<std::size_t>(rows * (in + pad)));
+              std::vector<float> w(static_cast<std::size_t>(out * (in + pad)));
+              std::vector<float> b(static_cast<std::size_t>(out));
+              for (float& e : x) e = normal(rng);
+              for (float& e : w) e = normal(rng);
+              for (float& e : b) e = normal(rng);
+              const ga::TensorView<const float, 2> xv(x.data(), {rows, in}, {in + pad, 1});
+              const ga::TensorView<const float, 2> wv(w.data(), {out, in}, {in + pad, 1});
+              std::vector<float> expected(static_cast<std::size_t>(rows * out));
+              REQUIRE(ref::linear(linear_args(xv, wv, bias ? b.data() : nullptr,
+                                              ga::TensorView<float, 2>::contiguous(expected.data(),
+                                                                                   {rows, out})))
+                          .is_ok());
+              for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+                std::vector<float> y(static_cast<std::size_t>(rows * (out + pad)), nan);
+                const ga::TensorView<float, 2> yv(y.data(), {rows, out}, {out + pad, 1});
+                const ga::Status s = ga::run(linear_args(xv, wv, bias ? b.data() : nullptr, yv),
+                                             executor, backend.hook);
+                INFO(s.message());
+                REQUIRE(s.is_ok());
+                double worst = 0.0;
+                bool padding_kept = true;
+                for (std::int64_t r = 0; r < rows; ++r) {
+                  for (std::int64_t o = 0; o < out; ++o) {
+                    double magnitude = bias ? std::fabs(b[static_cast<std::size_t>(o)]) : 0.0;
+                    for (std::int64_t i = 0; i < in; ++i) {
+                      magnitude += std::fabs(static_cast<double>(xv(r, i)) * wv(o, i));
+                    }
+                    const double bound = (static_cast<double>(in) + 2.0) * 0x1p-24 * magnitude;
+                    const double error = std::fabs(static_cast<double>(yv(r, o)) -
+                                                   expected[static_cast<std::size_t>(r * out + o)]);
+                    worst = std::max(worst, std::isnan(error) ? 1e30 : error - bound);
+                  }
+                  for (std::int64_t o = out; o < out + pad; ++o) {
+                    padding_kept = padding_kept &&
+                                   std::isnan(y[static_cast<std::size_t>(r * (out + pad) + o)]);
+                  }
+                }
+                CHECK(worst <= 0.0);
+                CHECK(padding_kept);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: the default backend is OpenBLAS where the build has it, Eigen otherwise",
+          "[linear]") {
+#if GATED_ATTENTION_OPENBLAS
+  CHECK(std::string(ga::linear_backend<float>()) == "openblas");
+#else
+  CHECK(std::string(ga::linear_backend<float>()) == "eigen");
+#endif
+  CHECK(std::string(ga::linear_backend<float>({&ga::linear_eigen<float>, nullptr})) == "eigen");
+  CHECK(std::string(ga::linear_backend<float>(
+            {[](void*, const ga::LinearArgs<float>&) { return ga::Status::ok(); }, nullptr})) ==
+        "engine");
+}

@@ -87,6 +87,11 @@ QUICK_PAGED_PREFILL = ("dense1p7b_prefill_2k", "gpt2_prefill_1k")
 VARLEN = re.compile(r"^sdpa_varlen/([\w-]+)/(mixed|many_small)/threads:(\d+)$")
 VARLEN_PAIR_SECONDS = {"mixed": 0.5, "many_small": 0.1}  # per pair, at 1 thread
 VARLEN_MIN_TIME = 3.0  # the varlen pairs run at least this long (the mixed pairs take 0.25-0.5 s)
+# The block with Eigen's projections / with the build's default backend (OpenBLAS), paired.
+PROJECTION = re.compile(r"^projection_backend_speedup/(none|headwise|elementwise)/f32/(\w+)/"
+                        r"threads:(\d+)$")
+# The block rows run from the binary built without -march (--portable-bench).
+PORTABLE_BLOCK = re.compile(r"^block/elementwise/f32/(\w+)/threads:(\d+)$")
 
 
 # ----------------------------------------------------------------------------------- selection
@@ -164,6 +169,13 @@ def classify(names):
             cases[n] = Case(n, "paged", m.group(2), m.group(1), threads, shape,
                             2.0 * estimate_seconds(shape, threads, False), int(m.group(3)))
             continue
+        m = PROJECTION.match(n)
+        if m and m.group(2) in by_name:
+            shape, threads = by_name[m.group(2)], int(m.group(3))
+            # Each iteration is a pair: the block with each backend.
+            cases[n] = Case(n, "projection", m.group(2), m.group(1), threads, shape,
+                            2.0 * estimate_seconds(shape, threads, True))
+            continue
         m = VARLEN.match(n)
         if m:
             threads = int(m.group(3))
@@ -231,6 +243,10 @@ def plan(cases, full):
             continue
         if c.group == "paged":
             if full or c.shape.decode or c.case in QUICK_PAGED_PREFILL:
+                pairs.append(c)
+            continue
+        if c.group == "projection":
+            if full or c.seconds < 2.0 * LONG_S:  # the block rows quick mode runs
                 pairs.append(c)
             continue
         if c.group == "dtype":
@@ -340,6 +356,19 @@ def run_passes(bench, passes, out_dir):
             pass_info.append({"label": label, "repetitions": reps, "min_time": min_time,
                               "benchmarks": len(cases), "wall_s": round(wall, 1)})
     return merged, pass_info
+
+
+def run_portable_pass(bench, passes, out_dir):
+    """The main passes' elementwise block rows, from the binary built without -march."""
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"report: no benchmark binary at {bench}; build it with `cmake --preset "
+                 "release-portable && cmake --build --preset release-portable --target "
+                 "gated_attention_bench`")
+    chosen = [(label, reps, min_time, [c for c in cases if PORTABLE_BLOCK.match(c.name)])
+              for label, reps, min_time, cases in passes]
+    data, info = run_passes(bench, [(f"{label}-portable", reps, min_time, cases)
+                                    for label, reps, min_time, cases in chosen], out_dir)
+    return data["benchmarks"], info
 
 
 # ------------------------------------------------------------------------------------ results
@@ -552,6 +581,32 @@ def paged_rows(data):
     rows = [("paged", [k[0], k[1], str(k[2])]
              + [f"{table[k][p]:.3f}" if p in table[k] else "-" for p in pages]) for k in order]
     return header, rows
+
+
+def projection_rows(data):
+    """The projections table: per (case, threads), the block built with and without -march and
+    the paired Eigen / default-backend counter of the -march build."""
+    values = medians(data["benchmarks"])
+    portable = medians(data.get("portable_benchmarks", []))
+    named = [s.name for s in bench_shapes.load()[0]]
+    keys = set()
+    for name in list(values) + list(portable):
+        m = PROJECTION.match(name) or (PORTABLE_BLOCK.match(name) if name in portable else None)
+        if m:
+            keys.add((m.groups()[-2], int(m.groups()[-1])))
+    rows = []
+    for case, threads in sorted(keys, key=lambda k: (named.index(k[0]) if k[0] in named else 99,
+                                                     k[1])):
+        block = f"block/elementwise/f32/{case}/threads:{threads}"
+        native = values.get(block, {}).get("ms")
+        plain = portable.get(block, {}).get("ms")
+        paired = values.get(f"projection_backend_speedup/elementwise/f32/{case}/threads:{threads}",
+                            {}).get("speedup")
+        rows.append(("projection", [case, str(threads), fmt_ms(native) if native else "-",
+                                    fmt_ms(plain) if plain else "-",
+                                    f"{native / plain:.2f}*" if native and plain else "-",
+                                    f"{paired:.3f}" if paired else "-"]))
+    return ["case", "thr", "-march ms", "no -march ms", "speed no/with*", "eigen/backend"], rows
 
 
 def varlen_rows(data):
@@ -923,6 +978,9 @@ def main():
     parser.add_argument("--update-readme", action="store_true",
                         help=f"write the section into {PERFORMANCE_MD}, the PNG to {README_PNG} "
                         "and the summary rows into README.md (between its summary markers)")
+    parser.add_argument("--portable-bench",
+                        help="the same benchmark binary built without -march: its block rows "
+                        "(elementwise gate, those the main binary runs) join the report")
     parser.add_argument("--note", help="one more line for the Markdown (e.g. 'machine shared')")
     parser.add_argument("--plan", action="store_true",
                         help="print the passes and their time forecast, run nothing")
@@ -957,6 +1015,10 @@ def main():
         load_before = os.getloadavg()[0]
         start = time.monotonic()
         data, pass_info = run_passes(args.bench, passes, args.out)
+        if args.portable_bench:
+            portable, portable_info = run_portable_pass(args.portable_bench, passes, args.out)
+            data["portable_benchmarks"] = portable
+            pass_info += portable_info
         command = os.environ.get("GATED_ATTENTION_REPORT_COMMAND") or " ".join(
             ["python3", "tools/report.py"] + sys.argv[1:])
         data["report"] = {
@@ -1031,6 +1093,14 @@ def main():
          "(median of back-to-back paged / contiguous call times, ungated; the pages of one "
          "sequence shuffled in their pool). Targets: <= 1.05 for pages of 16 or more, <= 1.25 "
          "for page 1.", *paged_rows(data)),
+        ("Projections (issue 33): the block (elementwise gate, f32 weights) through the build's "
+         "default projection backend, from the binary built with `-march=native` and from the one "
+         "built without it (`release-portable`, what a consumer with CMake's defaults gets); "
+         "`speed no/with*` = -march ms / no -march ms (separately timed rows, marked *); "
+         "`eigen/backend` is the paired counter `projection_backend_speedup/...` of the -march "
+         "build: the block with Eigen's `-march=native` products over the block with the default "
+         "backend, back to back. Target: no -march at >= 0.95x the -march=native Eigen build.",
+         *projection_rows(data)),
         ("Packed varlen batches (llama8b's heads): the paired counter "
          "`sdpa_varlen/<dtype>/<batch>/threads:<n>` `varlen_speedup` (median of back-to-back "
          "one-call-per-entry / one packed call times); `mixed`: 4 entries decoding at 8K keys "

@@ -1,6 +1,8 @@
 # Builds and runs tests/consumer as a separate project in WORK_DIR.
 #   MODE=find_package     install the library into WORK_DIR/prefix, then find_package it
 #   MODE=add_subdirectory / fetchcontent   take the library from SOURCE_DIR
+#   EXPECT_BACKEND        the projection backend the consumer must get (openblas or eigen)
+#   OPENBLAS              if set, the consumer's GATED_ATTENTION_OPENBLAS option
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 function(run)
@@ -10,7 +12,11 @@ function(run)
   endif()
 endfunction()
 
-set(consumer_args -DMODE=${MODE} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+set(consumer_args -DMODE=${MODE} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release
+    -DEXPECT_BACKEND=${EXPECT_BACKEND})
+if(DEFINED OPENBLAS)
+  list(APPEND consumer_args -DGATED_ATTENTION_OPENBLAS=${OPENBLAS})
+endif()
 if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/library"
       -DCMAKE_CXX_COMPILER=${CXX}

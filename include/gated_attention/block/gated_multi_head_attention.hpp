@@ -375,7 +375,7 @@ class GatedMultiHeadAttention {
     whole.y = TensorView<T, 2>(out.data + (one_group ? 0 : group * out.strides[0]),
                                {rows, out.extents[2]}, {out.strides[1], 1});
     const std::int64_t width = proj.weight.extents[0], begin = p * proj.panel;
-    const auto fn = gemm_.fn != nullptr ? gemm_.fn : &linear_eigen<T>;
+    const auto fn = gemm_.fn != nullptr ? gemm_.fn : default_linear_fn<T>();
     return fn(gemm_.context, linear_panel(whole, begin, std::min(proj.panel, width - begin)));
   }
 

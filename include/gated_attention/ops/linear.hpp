@@ -1,12 +1,13 @@
-// Linear layer y = x W^T + bias through Eigen, and the GEMM hook engines use to plug their own
-// matmul (quantized, BLAS, ...) into the block.
+// Linear layer y = x W^T + bias, and the GEMM hook engines use to plug their own matmul
+// (quantized, BLAS, ...) into the block.
 //
 //   Status s = run(args, executor);  // splits the output features into panels over the workers
 //
-// Eigen is compiled with the includer's flags: without -march it uses SSE2 only, far slower than
-// its AVX2/AVX-512 code (docs/performance-notes.md, "Projections: Eigen without -march"). The
-// attention kernels need no -march (they dispatch at run time); the projections do, or an
-// engine's own GEMM through LinearHook.
+// Backends: a null hook runs OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1 (the CMake
+// target does where it finds OpenBLAS; ops/linear_openblas.hpp), Eigen otherwise. OpenBLAS picks
+// its kernels at run time; Eigen is compiled with the includer's flags and without -march uses
+// SSE2 only, far slower (docs/performance-notes.md, "Projections: Eigen without -march"). The
+// attention kernels need no -march either way (they dispatch at run time).
 //
 // Allocation: Eigen's GEMM takes its packing buffers from the stack up to
 // EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap (malloc) above it, so large products
@@ -41,7 +42,7 @@ inline std::int64_t linear_panel_width(std::int64_t out_features, int num_worker
 template <class T>
 struct LinearHook {
   using Fn = Status (*)(void* context, const LinearArgs<T>& args);
-  Fn fn = nullptr;  // null: Eigen (linear_eigen)
+  Fn fn = nullptr;  // null: the build's default backend (default_linear_fn)
   void* context = nullptr;
 };
 
@@ -79,6 +80,31 @@ Status linear_eigen(void* /*context*/, const LinearArgs<T>& args) {
   }
 }
 
+#if GATED_ATTENTION_OPENBLAS
+template <class T>
+Status linear_openblas(void* context, const LinearArgs<T>& args);  // ops/linear_openblas.hpp
+#endif
+
+// The product a null hook runs: OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1,
+// Eigen otherwise.
+template <class T>
+typename LinearHook<T>::Fn default_linear_fn() {
+#if GATED_ATTENTION_OPENBLAS
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return &linear_openblas<T>;
+#endif
+  return &linear_eigen<T>;
+}
+
+// The backend `hook` runs: "openblas", "eigen", or "engine" for an engine's own function.
+template <class T>
+const char* linear_backend(const LinearHook<T>& hook = {}) {
+  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T>();
+#if GATED_ATTENTION_OPENBLAS
+  if (fn == &linear_openblas<T>) return "openblas";
+#endif
+  return fn == &linear_eigen<T> ? "eigen" : "engine";
+}
+
 // Output features [begin, begin + count): the slice of weight, bias and y they cover.
 template <class T>
 LinearArgs<T> linear_panel(const LinearArgs<T>& args, std::int64_t begin, std::int64_t count) {
@@ -102,7 +128,7 @@ Status run(const LinearArgs<T>& args, const Executor& executor = {},
                          "expected 1",
                          static_cast<long long>(args.y.strides[1]));
   }
-  const auto fn = hook.fn != nullptr ? hook.fn : &linear_eigen<T>;
+  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T>();
   const std::int64_t out = args.weight.extents[0];
   const std::int64_t width = linear_panel_width(out, executor.num_workers);
   Status first_error;
@@ -116,3 +142,7 @@ Status run(const LinearArgs<T>& args, const Executor& executor = {},
 }
 
 }  // namespace gated_attention
+
+#if GATED_ATTENTION_OPENBLAS
+#include "gated_attention/ops/linear_openblas.hpp"
+#endif
