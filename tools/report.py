@@ -447,7 +447,7 @@ def build_rows(data, peers):
     order = []
     for name, entry in values.items():
         c = cases.get(name)
-        if c is None or c.group in ("peak", "dtype", "typed", "paged", "varlen"):
+        if c is None or c.group in ("peak", "dtype", "typed", "paged", "varlen", "projection"):
             continue
         if c.group == "pair":
             if entry.get("ratio") is not None:
@@ -700,8 +700,10 @@ def passes_text(passes):
              "varlen": "pairs for at least {t} s"}
     parts = []
     for p in passes:
-        how = kinds.get(p["label"], "").format(t=p["min_time"])
-        what = "gate_overhead" if p["label"] == "paired" else f"{p['label']} cases"
+        kind, _, portable = p["label"].partition("-")  # "<kind>-portable": the no -march binary
+        how = kinds.get(kind, "").format(t=p["min_time"])
+        what = "paired counters" if kind == "paired" else f"{kind} cases"
+        what += " (no -march binary)" if portable else ""
         parts.append(f"{what}: {p['repetitions']} repetition"
                      f"{'s' if p['repetitions'] != 1 else ''}, {how}")
     return "; ".join(parts)
