@@ -140,70 +140,92 @@ TEST_CASE("linear: validation", "[reference][linear]") {
   }
 }
 
-TEST_CASE("linear: every projection backend matches the reference: rows, bias, strides, threads",
-          "[linear]") {
-  // Shapes around the backends' own choices (one GEMV per row up to 3 rows, GEMM above; empty
-  // products), dense and padded rows, y filled with NaN first (every element must be written) and
-  // its padding checked untouched. Bound per element: (in + 2) 2^-24 (sum_i |x_i w_i| + |b|).
-  std::mt19937_64 rng = make_rng(33);
+namespace {
+
+// One backend against a double-precision sum of the same (widened) elements, on shapes around the
+// backends' own choices (one GEMV per row up to 3 rows, GEMM above; the kernel's tiles of 4 and
+// blocks of 64 rows; empty products), dense and padded rows, 1 and 2 workers. y is filled with NaN
+// first (every element must be written) and its padding checked untouched. Bound per element:
+// (in + 2) 2^-24 (sum_i |x_i w_i| + |b|).
+template <class W>
+void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t seed) {
+  std::mt19937_64 rng = make_rng(seed);
   std::normal_distribution<float> normal;
   ga::ThreadPool pool(2);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const ga::testing::LinearBackend& backend : ga::testing::linear_backends()) {
-    for (const std::int64_t rows : {0, 1, 2, 3, 4, 9}) {
-      for (const std::int64_t in : {0, 1, 7, 64}) {
-        for (const std::int64_t out : {1, 5, 70}) {
-          for (const bool bias : {false, true}) {
-            for (const std::int64_t pad : {0, 3}) {
-              INFO("backend " << backend.name << ", rows " << rows << ", in " << in << ", out "
-                              << out << ", bias " << bias << ", pad " << pad);
-              std::vector<float> x(static_cast<std::size_t>(rows * (in + pad)));
-              std::vector<float> w(static_cast<std::size_t>(out * (in + pad)));
-              std::vector<float> b(static_cast<std::size_t>(out));
-              for (float& e : x) e = normal(rng);
-              for (float& e : w) e = normal(rng);
-              for (float& e : b) e = normal(rng);
-              const ga::TensorView<const float, 2> xv(x.data(), {rows, in}, {in + pad, 1});
-              const ga::TensorView<const float, 2> wv(w.data(), {out, in}, {in + pad, 1});
-              std::vector<float> expected(static_cast<std::size_t>(rows * out));
-              REQUIRE(ref::linear(linear_args(xv, wv, bias ? b.data() : nullptr,
-                                              ga::TensorView<float, 2>::contiguous(expected.data(),
-                                                                                   {rows, out})))
-                          .is_ok());
-              for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
-                std::vector<float> y(static_cast<std::size_t>(rows * (out + pad)), nan);
-                const ga::TensorView<float, 2> yv(y.data(), {rows, out}, {out + pad, 1});
-                const ga::Status s = ga::run(linear_args(xv, wv, bias ? b.data() : nullptr, yv),
-                                             executor, backend.hook);
-                INFO(s.message());
-                REQUIRE(s.is_ok());
-                double worst = 0.0;
-                bool padding_kept = true;
-                for (std::int64_t r = 0; r < rows; ++r) {
-                  for (std::int64_t o = 0; o < out; ++o) {
-                    double magnitude = bias ? std::fabs(b[static_cast<std::size_t>(o)]) : 0.0;
-                    for (std::int64_t i = 0; i < in; ++i) {
-                      magnitude += std::fabs(static_cast<double>(xv(r, i)) * wv(o, i));
-                    }
-                    const double bound = (static_cast<double>(in) + 2.0) * 0x1p-24 * magnitude;
-                    const double error = std::fabs(static_cast<double>(yv(r, o)) -
-                                                   expected[static_cast<std::size_t>(r * out + o)]);
-                    worst = std::max(worst, std::isnan(error) ? 1e30 : error - bound);
+  for (const std::int64_t rows : {0, 1, 2, 3, 4, 9, 70}) {
+    for (const std::int64_t in : {0, 1, 7, 64, 100}) {
+      for (const std::int64_t out : {1, 5, 70}) {
+        for (const bool bias : {false, true}) {
+          for (const std::int64_t pad : {0, 3}) {
+            INFO("rows " << rows << ", in " << in << ", out " << out << ", bias " << bias
+                         << ", pad " << pad);
+            std::vector<float> x(static_cast<std::size_t>(rows * (in + pad)));
+            std::vector<W> w(static_cast<std::size_t>(out * (in + pad)));
+            std::vector<W> b(static_cast<std::size_t>(out));
+            for (float& e : x) e = normal(rng);
+            for (W& e : w) e = ga::from_float<W>(normal(rng));
+            for (W& e : b) e = ga::from_float<W>(normal(rng));
+            ga::LinearArgs<float, W> args;
+            args.x = ga::TensorView<const float, 2>(x.data(), {rows, in}, {in + pad, 1});
+            args.weight = ga::TensorView<const W, 2>(w.data(), {out, in}, {in + pad, 1});
+            args.maybe_bias = bias ? b.data() : nullptr;
+            for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+              std::vector<float> y(static_cast<std::size_t>(rows * (out + pad)), nan);
+              args.y = ga::TensorView<float, 2>(y.data(), {rows, out}, {out + pad, 1});
+              const ga::Status s = ga::run(args, executor, hook);
+              INFO(s.message());
+              REQUIRE(s.is_ok());
+              double worst = 0.0;
+              bool padding_kept = true;
+              for (std::int64_t r = 0; r < rows; ++r) {
+                for (std::int64_t o = 0; o < out; ++o) {
+                  double sum = bias ? ga::to_float(b[static_cast<std::size_t>(o)]) : 0.0;
+                  double magnitude = std::fabs(sum);
+                  for (std::int64_t i = 0; i < in; ++i) {
+                    const double term =
+                        static_cast<double>(args.x(r, i)) * ga::to_float(args.weight(o, i));
+                    sum += term;
+                    magnitude += std::fabs(term);
                   }
-                  for (std::int64_t o = out; o < out + pad; ++o) {
-                    padding_kept = padding_kept &&
-                                   std::isnan(y[static_cast<std::size_t>(r * (out + pad) + o)]);
-                  }
+                  const double bound = (static_cast<double>(in) + 2.0) * 0x1p-24 * magnitude;
+                  const double error = std::fabs(static_cast<double>(args.y(r, o)) - sum);
+                  worst = std::max(worst, std::isnan(error) ? 1e30 : error - bound);
                 }
-                CHECK(worst <= 0.0);
-                CHECK(padding_kept);
+                for (std::int64_t o = out; o < out + pad; ++o) {
+                  padding_kept =
+                      padding_kept && std::isnan(y[static_cast<std::size_t>(r * (out + pad) + o)]);
+                }
               }
+              CHECK(worst <= 0.0);
+              CHECK(padding_kept);
             }
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("linear: every projection backend matches the reference: rows, bias, strides, threads",
+          "[linear]") {
+  for (const ga::testing::LinearBackend& backend : ga::testing::linear_backends()) {
+    INFO("backend " << backend.name);
+    check_linear_backend(backend.hook, 33);
+  }
+}
+
+TEST_CASE("linear: the library's kernel, f32 and bf16 weights, on every path", "[linear]") {
+  for (const ga::Isa isa : ga::testing::available_isas()) {
+    INFO("path " << ga::to_string(isa));
+    ga::set_isa_limit(isa);
+    check_linear_backend<float>({&ga::linear_kernel<float>, nullptr}, 34);
+    check_linear_backend<ga::bf16>({}, 35);  // the default for bf16 weights
+    CHECK(std::string(ga::linear_backend<float, ga::bf16>()) == "kernel");
+  }
+  ga::clear_isa_limit();
 }
 
 TEST_CASE("linear: the default backend is OpenBLAS where the build has it, Eigen otherwise",

@@ -64,10 +64,13 @@
                                                                DotPrecision);              \
   prefix template void kernels::isa::sdpa_merge<T, KT, VT>(void*, std::int64_t, int);
 
-// The f32 entry points of one path.
-#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                 \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, float, float) \
-  prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);
+// The f32 entry points of one path, and the linear kernel of f32 activations with f32 and bf16
+// weights.
+#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                       \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, float, float)                       \
+  prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);   \
+  prefix template void kernels::isa::linear_rows<float>(const LinearArgs<float, float>&); \
+  prefix template void kernels::isa::linear_rows<bf16>(const LinearArgs<float, bf16>&);
 
 // Every path's, at namespace gated_attention scope.
 #if GATED_ATTENTION_X86

@@ -24,6 +24,8 @@
 
 #include "gated_attention/core/executor.hpp"
 #include "gated_attention/core/status.hpp"
+#include "gated_attention/dispatch/cpu.hpp"
+#include "gated_attention/kernels/isa_kernels.hpp"
 #include "gated_attention/ops/linear_args.hpp"
 
 namespace gated_attention {
@@ -39,23 +41,59 @@ inline std::int64_t linear_panel_width(std::int64_t out_features, int num_worker
 // An engine's matmul: computes args.y = args.x args.weight^T + args.maybe_bias on the calling
 // thread. The block calls it once per panel of output features, from its workers, so it must be
 // safe to call concurrently on disjoint outputs. Views have stride 1 over their last dimension.
-template <class T>
+template <class T, class W = T>
 struct LinearHook {
-  using Fn = Status (*)(void* context, const LinearArgs<T>& args);
+  using Fn = Status (*)(void* context, const LinearArgs<T, W>& args);
   Fn fn = nullptr;  // null: the build's default backend (default_linear_fn)
   void* context = nullptr;
 };
 
-template <class T>
-Status can_implement(const LinearArgs<T>& args) {
+// Element types run() multiplies without a hook: float or double throughout, or f32 activations
+// with bf16 weights (the library's own kernel).
+template <class T, class W>
+constexpr bool linear_types_supported() {
+  return (std::is_same_v<T, W> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) ||
+         (std::is_same_v<T, float> && std::is_same_v<W, bf16>);
+}
+
+template <class T, class W>
+Status can_implement(const LinearArgs<T, W>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(args));
-  if (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
-    return Status::error(StatusCode::not_supported, "linear: element type: expected float/double");
+  if (!linear_types_supported<T, W>()) {
+    return Status::error(StatusCode::not_supported,
+                         "linear: element types: expected float/double, or float activations "
+                         "with bf16 weights");
   }
   return Status::ok();
 }
 
-// The default hook: one Eigen product on the calling thread. Shapes are not validated here.
+// y = x W^T + bias through the library's own kernel (kernels/generic/linear_rows.inl) on the
+// calling thread, on the best path the CPU has; f32 sums. Shapes are not validated here.
+template <class W>
+Status linear_kernel(void* /*context*/, const LinearArgs<float, W>& args) {
+  if (args.y.extents[0] == 0 || args.y.extents[1] == 0) return Status::ok();
+  switch (active_isa()) {
+#if GATED_ATTENTION_X86
+    case Isa::avx512:
+      kernels::avx512::linear_rows<W>(args);
+      break;
+    case Isa::avx2:
+      kernels::avx2::linear_rows<W>(args);
+      break;
+#endif
+#if GATED_ATTENTION_AARCH64
+    case Isa::neon:
+      kernels::neon::linear_rows<W>(args);
+      break;
+#endif
+    default:
+      kernels::scalar::linear_rows<W>(args);
+      break;
+  }
+  return Status::ok();
+}
+
+// One Eigen product on the calling thread. Shapes are not validated here.
 template <class T>
 Status linear_eigen(void* /*context*/, const LinearArgs<T>& args) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -85,30 +123,44 @@ template <class T>
 Status linear_openblas(void* context, const LinearArgs<T>& args);  // ops/linear_openblas.hpp
 #endif
 
-// The product a null hook runs: OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1,
-// Eigen otherwise.
-template <class T>
-typename LinearHook<T>::Fn default_linear_fn() {
+// The product a null hook runs: bf16 weights through the library's kernel; float/double through
+// OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1, Eigen otherwise.
+template <class T, class W = T>
+typename LinearHook<T, W>::Fn default_linear_fn() {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
+    return &linear_kernel<W>;
+  } else {
 #if GATED_ATTENTION_OPENBLAS
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return &linear_openblas<T>;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      return &linear_openblas<T>;
+    }
 #endif
-  return &linear_eigen<T>;
+    return &linear_eigen<T>;
+  }
 }
 
-// The backend `hook` runs: "openblas", "eigen", or "engine" for an engine's own function.
-template <class T>
-const char* linear_backend(const LinearHook<T>& hook = {}) {
-  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T>();
+// The backend `hook` runs: "openblas", "eigen", "kernel" (the library's own), or "engine" for an
+// engine's own function.
+template <class T, class W = T>
+const char* linear_backend(const LinearHook<T, W>& hook = {}) {
+  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T, W>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (fn == &linear_kernel<W>) return "kernel";
+  }
+  if constexpr (std::is_same_v<T, W>) {
 #if GATED_ATTENTION_OPENBLAS
-  if (fn == &linear_openblas<T>) return "openblas";
+    if (fn == &linear_openblas<T>) return "openblas";
 #endif
-  return fn == &linear_eigen<T> ? "eigen" : "engine";
+    if (fn == &linear_eigen<T>) return "eigen";
+  }
+  return "engine";
 }
 
 // Output features [begin, begin + count): the slice of weight, bias and y they cover.
-template <class T>
-LinearArgs<T> linear_panel(const LinearArgs<T>& args, std::int64_t begin, std::int64_t count) {
-  LinearArgs<T> panel = args;
+template <class T, class W>
+LinearArgs<T, W> linear_panel(const LinearArgs<T, W>& args, std::int64_t begin,
+                              std::int64_t count) {
+  LinearArgs<T, W> panel = args;
   panel.weight.data += begin * args.weight.strides[0];
   panel.weight.extents[0] = count;
   if (panel.maybe_bias != nullptr) panel.maybe_bias += begin;
@@ -118,9 +170,9 @@ LinearArgs<T> linear_panel(const LinearArgs<T>& args, std::int64_t begin, std::i
 }
 
 // y = x W^T + bias, output features split in panels over the executor's workers.
-template <class T>
-Status run(const LinearArgs<T>& args, const Executor& executor = {},
-           const LinearHook<T>& hook = {}) {
+template <class T, class W>
+Status run(const LinearArgs<T, W>& args, const Executor& executor = {},
+           const LinearHook<T, W>& hook = {}) {
   GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
   if (args.y.strides[1] != 1) {
     return Status::error(StatusCode::invalid_argument,
@@ -128,7 +180,7 @@ Status run(const LinearArgs<T>& args, const Executor& executor = {},
                          "expected 1",
                          static_cast<long long>(args.y.strides[1]));
   }
-  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T>();
+  const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T, W>();
   const std::int64_t out = args.weight.extents[0];
   const std::int64_t width = linear_panel_width(out, executor.num_workers);
   Status first_error;

@@ -1,4 +1,5 @@
-// Linear layer y = x W^T + bias with PyTorch's [out, in] weight layout.
+// Linear layer y = x W^T + bias with PyTorch's [out, in] weight layout; activations T, weights
+// and bias W (f32 activations take f32, bf16 or f16 weights, widened to f32 as they load).
 #pragma once
 
 #include <cstdint>
@@ -9,16 +10,16 @@
 
 namespace gated_attention {
 
-template <class T>
+template <class T, class W = T>
 struct LinearArgs {
   TensorView<const T, 2> x;       // [rows, in]
-  TensorView<const T, 2> weight;  // [out, in], stride 1 over in (PyTorch's row-major weight)
-  const T* maybe_bias = nullptr;  // [out]; null: no bias
+  TensorView<const W, 2> weight;  // [out, in], stride 1 over in (PyTorch's row-major weight)
+  const W* maybe_bias = nullptr;  // [out]; null: no bias
   TensorView<T, 2> y;             // [rows, out]
 };
 
-template <class T>
-Status validate(const LinearArgs<T>& args) {
+template <class T, class W>
+Status validate(const LinearArgs<T, W>& args) {
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("x", args.x, {-1, -1}, {"rows", "in features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(
       check_view("weight", args.weight, {-1, args.x.extents[1]}, {"out features", "in features"}));
@@ -26,7 +27,7 @@ Status validate(const LinearArgs<T>& args) {
       "y", args.y, {args.x.extents[0], args.weight.extents[0]}, {"rows", "out features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(check_distinct_elements("y", args.y, {"rows", "out features"}));
   GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("y", args.y, "x", args.x));
-  const TensorView<const T, 1> bias(args.maybe_bias, {args.weight.extents[0]}, {1});
+  const TensorView<const W, 1> bias(args.maybe_bias, {args.weight.extents[0]}, {1});
   GATED_ATTENTION_RETURN_IF_ERROR(check_no_overlap("y", args.y, "bias", bias));
   return check_no_overlap("y", args.y, "weight", args.weight);
 }

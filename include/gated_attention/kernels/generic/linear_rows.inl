@@ -1,0 +1,62 @@
+// y = x W^T + bias with weights of any element type (widened to f32 as they load), f32 sums, over
+// the enclosing ISA's `Simd`: register tiles of 4 rows of x by 4 rows of W. x goes in blocks of
+// kLinearRowBlock rows, so that a block stays in L2 while the weight rows pass once per block; a
+// decode step (a few rows) reads W once.
+#ifndef GATED_ATTENTION_IN_KERNEL_REGION
+#error "internal header: include <gated_attention/gated_attention.hpp>"
+#endif
+
+// One tile: rows [r, r + xn) of x against weight rows [o, o + wn), xn, wn <= 4. Short tiles repeat
+// their last row (in bounds) and store only their own results.
+template <class W>
+void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, int xn, std::int64_t o, int wn) {
+  using S = Simd;
+  const std::int64_t in = a.x.extents[1];
+  const float* x[4];
+  const W* w[4];
+  GATED_ATTENTION_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    x[i] = a.x.data + (r + std::min(i, xn - 1)) * a.x.strides[0];
+    w[i] = a.weight.data + (o + std::min(i, wn - 1)) * a.weight.strides[0];
+  }
+  S::V acc[4][4];
+  GATED_ATTENTION_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    GATED_ATTENTION_UNROLL
+    for (int j = 0; j < 4; ++j) acc[i][j] = S::zero();
+  }
+  for (std::int64_t c = 0; c < in; c += S::kLanes) {
+    const int n = static_cast<int>(std::min<std::int64_t>(S::kLanes, in - c));
+    S::V wv[4];
+    GATED_ATTENTION_UNROLL
+    for (int j = 0; j < 4; ++j) wv[j] = load_row_part(w[j] + c, n);
+    GATED_ATTENTION_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const S::V xv = load_row_part(x[i] + c, n);
+      GATED_ATTENTION_UNROLL
+      for (int j = 0; j < 4; ++j) acc[i][j] = S::fma(xv, wv[j], acc[i][j]);
+    }
+  }
+  float sums[16];
+  S::reduce_add_4x4(acc, sums, 4);
+  for (int i = 0; i < xn; ++i) {
+    float* y = a.y.data + (r + i) * a.y.strides[0] + o;
+    for (int j = 0; j < wn; ++j) {
+      y[j] = sums[4 * i + j] + (a.maybe_bias != nullptr ? to_float(a.maybe_bias[o + j]) : 0.0f);
+    }
+  }
+}
+
+template <class W>
+void linear_rows(const LinearArgs<float, W>& a) {
+  const std::int64_t rows = a.x.extents[0], out = a.weight.extents[0];
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kLinearRowBlock) {
+    const std::int64_t r1 = std::min(rows, r0 + kLinearRowBlock);
+    for (std::int64_t o = 0; o < out; o += 4) {
+      const int wn = static_cast<int>(std::min<std::int64_t>(4, out - o));
+      for (std::int64_t r = r0; r < r1; r += 4) {
+        linear_tile(a, r, static_cast<int>(std::min<std::int64_t>(4, r1 - r)), o, wn);
+      }
+    }
+  }
+}
