@@ -143,9 +143,9 @@ TEST_CASE("linear: validation", "[reference][linear]") {
 namespace {
 
 // One backend against a double-precision sum of the same (widened) elements, on shapes around the
-// backends' own choices (one GEMV per row up to 3 rows, GEMM above; the kernel's tiles of 4 and
-// blocks of 64 rows; empty products), dense and padded rows, 1 and 2 workers. y is filled with NaN
-// first (every element must be written) and its padding checked untouched. Bound per element:
+// backends' own choices (OpenBLAS: the kernel up to 16 rows, GEMM above; the kernel's tiles of 4
+// and blocks of 64 rows; empty products), dense and padded rows, 1 and 2 workers. y is filled with
+// NaN first (every element must be written) and its padding checked untouched. Bound per element:
 // (in + 2) 2^-24 (sum_i |x_i w_i| + |b|).
 template <class W>
 void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t seed) {

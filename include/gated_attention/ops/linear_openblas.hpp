@@ -3,6 +3,9 @@
 //
 //   LinearHook<float> hook = openblas_linear_hook<float>();  // or the default where CMake found it
 //
+// Decode steps and small batches (up to 16 rows) run the library's own kernel instead, which reads
+// W once for all rows (ops/linear.hpp, linear_kernel).
+//
 // Threads: the block calls the hook once per panel of output features from its own workers, so
 // OpenBLAS must run each call on the calling thread. The first call sets OpenBLAS's thread count to
 // 1 for the whole process (openblas_set_num_threads(1)); set OPENBLAS_NUM_THREADS=1 as well to
@@ -39,9 +42,10 @@
 namespace gated_attention {
 namespace detail {
 
-// Up to this many rows, one GEMV per row (each streams W from memory once) beats one GEMM (which
-// packs W first); performance-notes "Projections through OpenBLAS".
-constexpr std::int64_t kOpenblasGemvRows = 3;
+// Up to this many rows (decode steps, small batches), the library's kernel (linear_kernel: one
+// pass over W, register tiles of 4 rows) beats both OpenBLAS's GEMV per row and its GEMM, which
+// packs W first; performance-notes "Projections through OpenBLAS: the kernel up to 16 rows".
+constexpr std::int64_t kOpenblasKernelRows = 16;
 
 // Whether BLAS can take the view as a row-major matrix with 32-bit sizes: rows at least a row
 // apart, columns dense.
@@ -79,19 +83,7 @@ void openblas_product(const LinearArgs<T>& args) {
             ldw = static_cast<int>(args.weight.strides[0]);
   const int ldy = static_cast<int>(args.y.strides[0]);
   const T beta = args.maybe_bias != nullptr ? T(1) : T(0);
-  if (rows <= kOpenblasGemvRows) {
-    for (int r = 0; r < rows; ++r) {
-      const T* x = args.x.data + static_cast<std::int64_t>(r) * ldx;
-      T* y = args.y.data + static_cast<std::int64_t>(r) * ldy;
-      if constexpr (std::is_same_v<T, float>) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, args.weight.data, ldw, x, 1, beta,
-                    y, 1);
-      } else {
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0, args.weight.data, ldw, x, 1, beta, y,
-                    1);
-      }
-    }
-  } else if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, args.x.data, ldx,
                 args.weight.data, ldw, beta, args.y.data, ldy);
   } else {
@@ -102,12 +94,16 @@ void openblas_product(const LinearArgs<T>& args) {
 
 }  // namespace detail
 
-// y = x W^T + bias on the calling thread through OpenBLAS; views BLAS cannot take (sizes past
-// 32 bits, rows closer than a row apart) go through Eigen. Shapes are not validated here.
+// y = x W^T + bias on the calling thread through OpenBLAS's GEMM; f32 products of up to
+// kOpenblasKernelRows rows through the library's kernel, and views BLAS cannot take (sizes past 32
+// bits, rows closer than a row apart) through Eigen. Shapes are not validated here.
 template <class T>
 Status linear_openblas(void* context, const LinearArgs<T>& args) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (args.y.extents[0] == 0 || args.y.extents[1] == 0) return Status::ok();
+    if constexpr (std::is_same_v<T, float>) {
+      if (args.x.extents[0] <= detail::kOpenblasKernelRows) return linear_kernel<T>(context, args);
+    }
     if (!detail::blas_row_major(args.x) || !detail::blas_row_major(args.weight) ||
         !detail::blas_row_major(args.y)) {
       return linear_eigen<T>(context, args);

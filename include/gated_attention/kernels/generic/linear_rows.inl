@@ -6,20 +6,20 @@
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
 
-// One tile: rows [r, r + xn) of x against weight rows [o, o + wn), xn, wn <= 4. Short tiles repeat
-// their last row (in bounds) and store only their own results.
-template <class W>
-void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, int xn, std::int64_t o, int wn) {
+// One tile: rows [r, r + R) of x against weight rows [o, o + wn), wn <= 4. A short tile repeats its
+// last weight row (in bounds) and stores only its own results.
+template <int R, class W>
+void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, int wn) {
   using S = Simd;
   const std::int64_t in = a.x.extents[1];
-  const float* x[4];
+  const float* x[R];
   const W* w[4];
   GATED_ATTENTION_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    x[i] = a.x.data + (r + std::min(i, xn - 1)) * a.x.strides[0];
-    w[i] = a.weight.data + (o + std::min(i, wn - 1)) * a.weight.strides[0];
-  }
-  S::V acc[4][4];
+  for (int i = 0; i < R; ++i) x[i] = a.x.data + (r + i) * a.x.strides[0];
+  GATED_ATTENTION_UNROLL
+  for (int j = 0; j < 4; ++j)
+    w[j] = a.weight.data + (o + std::min(j, wn - 1)) * a.weight.strides[0];
+  S::V acc[4][4];  // rows R..3 stay zero
   GATED_ATTENTION_UNROLL
   for (int i = 0; i < 4; ++i) {
     GATED_ATTENTION_UNROLL
@@ -31,7 +31,7 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, int xn, std::int
     GATED_ATTENTION_UNROLL
     for (int j = 0; j < 4; ++j) wv[j] = load_row_part(w[j] + c, n);
     GATED_ATTENTION_UNROLL
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < R; ++i) {
       const S::V xv = load_row_part(x[i] + c, n);
       GATED_ATTENTION_UNROLL
       for (int j = 0; j < 4; ++j) acc[i][j] = S::fma(xv, wv[j], acc[i][j]);
@@ -39,11 +39,27 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, int xn, std::int
   }
   float sums[16];
   S::reduce_add_4x4(acc, sums, 4);
-  for (int i = 0; i < xn; ++i) {
+  for (int i = 0; i < R; ++i) {
     float* y = a.y.data + (r + i) * a.y.strides[0] + o;
     for (int j = 0; j < wn; ++j) {
       y[j] = sums[4 * i + j] + (a.maybe_bias != nullptr ? to_float(a.maybe_bias[o + j]) : 0.0f);
     }
+  }
+}
+
+// Rows [r, r + rows) of x, rows <= 4, against weight rows [o, o + wn).
+template <class W>
+void linear_tile_rows(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t rows,
+                      std::int64_t o, int wn) {
+  switch (rows) {
+    case 1:
+      return linear_tile<1>(a, r, o, wn);
+    case 2:
+      return linear_tile<2>(a, r, o, wn);
+    case 3:
+      return linear_tile<3>(a, r, o, wn);
+    default:
+      return linear_tile<4>(a, r, o, wn);
   }
 }
 
@@ -55,7 +71,7 @@ void linear_rows(const LinearArgs<float, W>& a) {
     for (std::int64_t o = 0; o < out; o += 4) {
       const int wn = static_cast<int>(std::min<std::int64_t>(4, out - o));
       for (std::int64_t r = r0; r < r1; r += 4) {
-        linear_tile(a, r, static_cast<int>(std::min<std::int64_t>(4, r1 - r)), o, wn);
+        linear_tile_rows(a, r, std::min<std::int64_t>(4, r1 - r), o, wn);
       }
     }
   }
