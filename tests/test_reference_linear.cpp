@@ -153,7 +153,7 @@ void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t se
   std::normal_distribution<float> normal;
   ga::ThreadPool pool(2);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const std::int64_t rows : {0, 1, 2, 3, 4, 9, 70}) {
+  for (const std::int64_t rows : {0, 1, 2, 3, 4, 9, 16, 17, 70}) {
     for (const std::int64_t in : {0, 1, 7, 64, 100}) {
       for (const std::int64_t out : {1, 5, 70}) {
         for (const bool bias : {false, true}) {
@@ -227,6 +227,36 @@ TEST_CASE("linear: the library's kernel, f32 and bf16 weights, on every path", "
   }
   ga::clear_isa_limit();
 }
+
+#if GATED_ATTENTION_OPENBLAS
+TEST_CASE("linear: OpenBLAS's double products (dgemm) equal a double sum", "[linear]") {
+  std::mt19937_64 rng = make_rng(36);
+  std::normal_distribution<double> normal;
+  const std::int64_t rows = 20, in = 33, out = 40;
+  std::vector<double> x(rows * in), w(out * in), b(out), y(rows * out, 0.0);
+  for (double& e : x) e = normal(rng);
+  for (double& e : w) e = normal(rng);
+  for (double& e : b) e = normal(rng);
+  ga::LinearArgs<double> args;
+  args.x = ga::TensorView<const double, 2>::contiguous(x.data(), {rows, in});
+  args.weight = ga::TensorView<const double, 2>::contiguous(w.data(), {out, in});
+  args.maybe_bias = b.data();
+  args.y = ga::TensorView<double, 2>::contiguous(y.data(), {rows, out});
+  REQUIRE(ga::run(args, ga::Executor{}, ga::openblas_linear_hook<double>()).is_ok());
+  double worst = 0.0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t o = 0; o < out; ++o) {
+      double sum = b[o], magnitude = std::fabs(b[o]);
+      for (std::int64_t i = 0; i < in; ++i) {
+        sum += x[r * in + i] * w[o * in + i];
+        magnitude += std::fabs(x[r * in + i] * w[o * in + i]);
+      }
+      worst = std::max(worst, std::fabs(y[r * out + o] - sum) - (in + 2) * 0x1p-53 * magnitude);
+    }
+  }
+  CHECK(worst <= 0.0);
+}
+#endif
 
 TEST_CASE("linear: the default backend is OpenBLAS where the build has it, Eigen otherwise",
           "[linear]") {

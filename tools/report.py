@@ -319,12 +319,13 @@ def list_benchmarks(bench):
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def run_passes(bench, passes, out_dir):
-    """Runs each pass (one process, repetitions interleaved at random); returns merged JSON."""
+def run_passes(bench, passes, out_dir, console_mode="w"):
+    """Runs each pass (one process, repetitions interleaved at random); returns merged JSON.
+    console_mode "a" appends the binary's output to that of earlier passes."""
     merged = {"context": None, "benchmarks": []}
     pass_info = []
     console_path = os.path.join(out_dir, "bench_console.txt")
-    with open(console_path, "w") as console:
+    with open(console_path, console_mode) as console:
         for label, reps, min_time, cases in passes:
             if not cases:
                 continue
@@ -367,7 +368,7 @@ def run_portable_pass(bench, passes, out_dir):
     chosen = [(label, reps, min_time, [c for c in cases if PORTABLE_BLOCK.match(c.name)])
               for label, reps, min_time, cases in passes]
     data, info = run_passes(bench, [(f"{label}-portable", reps, min_time, cases)
-                                    for label, reps, min_time, cases in chosen], out_dir)
+                                    for label, reps, min_time, cases in chosen], out_dir, "a")
     return data["benchmarks"], info
 
 

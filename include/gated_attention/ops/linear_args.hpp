@@ -1,5 +1,5 @@
 // Linear layer y = x W^T + bias with PyTorch's [out, in] weight layout; activations T, weights
-// and bias W (f32 activations take f32, bf16 or f16 weights, widened to f32 as they load).
+// and bias W (f32 activations take f32 or bf16 weights, widened to f32 as they load).
 #pragma once
 
 #include <cstdint>

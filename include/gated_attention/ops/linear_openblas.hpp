@@ -3,14 +3,17 @@
 //
 //   LinearHook<float> hook = openblas_linear_hook<float>();  // or the default where CMake found it
 //
-// Decode steps and small batches (up to 16 rows) run the library's own kernel instead, which reads
-// W once for all rows (ops/linear.hpp, linear_kernel).
+// f32 decode steps and small batches (up to 16 rows) run the library's own kernel instead, which
+// reads W once for a few rows at a time (ops/linear.hpp, linear_kernel): a row's result can thus
+// differ in its last bits with the batch's row count.
 //
 // Threads: the block calls the hook once per panel of output features from its own workers, so
 // OpenBLAS must run each call on the calling thread. The first call sets OpenBLAS's thread count to
-// 1 for the whole process (openblas_set_num_threads(1)); set OPENBLAS_NUM_THREADS=1 as well to
-// keep it from starting an idle pool at load. Use the pthread build of OpenBLAS (Debian's
-// default): its serial build is not safe for concurrent callers.
+// 1 for the whole process (openblas_set_num_threads(1)), which the program must then leave at 1;
+// set OPENBLAS_NUM_THREADS=1 as well to keep it from starting an idle pool at load. Only the
+// pthread build of OpenBLAS (Debian's default) is used: where another build is loaded (serial: not
+// safe for concurrent callers; OpenMP: one team per caller), f32 products run the library's kernel
+// and double ones Eigen.
 //
 // Allocation: none through malloc; OpenBLAS maps its packing buffers (mmap) on the first products
 // of each thread and keeps them until exit (docs/projection-backends.md).
@@ -42,8 +45,8 @@
 namespace gated_attention {
 namespace detail {
 
-// Up to this many rows (decode steps, small batches), the library's kernel (linear_kernel: one
-// pass over W, register tiles of 4 rows) beats both OpenBLAS's GEMV per row and its GEMM, which
+// Up to this many rows (decode steps, small batches), f32 products go through the library's kernel
+// (linear_kernel: one pass over W for a few rows at a time) rather than OpenBLAS's GEMM, which
 // packs W first; performance-notes "Projections through OpenBLAS: the kernel up to 16 rows".
 constexpr std::int64_t kOpenblasKernelRows = 16;
 
@@ -56,9 +59,16 @@ bool blas_row_major(const TensorView<T, 2>& view) {
          view.strides[0] >= std::max<std::int64_t>(1, cols) && (cols <= 1 || view.strides[1] == 1);
 }
 
-inline void openblas_run_on_calling_thread() {
-  static const bool once = (openblas_set_num_threads(1), true);
-  static_cast<void>(once);
+// Whether the loaded OpenBLAS is its pthread build (openblas_get_parallel() == 1), the one whose
+// concurrent callers are safe; once true, OpenBLAS runs each call on the calling thread
+// (openblas_set_num_threads(1), process-wide). The serial and OpenMP builds are not used.
+inline bool openblas_on_calling_thread() {
+  static const bool usable = [] {
+    if (openblas_get_parallel() != 1) return false;
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  return usable;
 }
 
 // y[rows, out] = bias, or zero without one: the products then accumulate onto it (beta = 1).
@@ -94,21 +104,22 @@ void openblas_product(const LinearArgs<T>& args) {
 
 }  // namespace detail
 
-// y = x W^T + bias on the calling thread through OpenBLAS's GEMM; f32 products of up to
-// kOpenblasKernelRows rows through the library's kernel, and views BLAS cannot take (sizes past 32
-// bits, rows closer than a row apart) through Eigen. Shapes are not validated here.
+// y = x W^T + bias on the calling thread through OpenBLAS's GEMM. f32 products of up to
+// kOpenblasKernelRows rows go through the library's kernel, as do f32 views BLAS cannot take
+// (sizes past 32 bits, rows closer than a row apart) and every f32 product when the loaded
+// OpenBLAS is not its pthread build; double ones then go through Eigen. Shapes are not validated.
 template <class T>
 Status linear_openblas(void* context, const LinearArgs<T>& args) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (args.y.extents[0] == 0 || args.y.extents[1] == 0) return Status::ok();
+    const bool blas = detail::openblas_on_calling_thread() && detail::blas_row_major(args.x) &&
+                      detail::blas_row_major(args.weight) && detail::blas_row_major(args.y);
     if constexpr (std::is_same_v<T, float>) {
-      if (args.x.extents[0] <= detail::kOpenblasKernelRows) return linear_kernel<T>(context, args);
+      if (!blas || args.x.extents[0] <= detail::kOpenblasKernelRows) {
+        return linear_kernel<T>(context, args);
+      }
     }
-    if (!detail::blas_row_major(args.x) || !detail::blas_row_major(args.weight) ||
-        !detail::blas_row_major(args.y)) {
-      return linear_eigen<T>(context, args);
-    }
-    detail::openblas_run_on_calling_thread();
+    if (!blas) return linear_eigen<T>(context, args);
     if (args.maybe_bias != nullptr || args.x.extents[1] == 0) detail::fill_with_bias(args);
     if (args.x.extents[1] > 0) detail::openblas_product(args);
     return Status::ok();

@@ -1,10 +1,15 @@
 // y = x W^T + bias with weights of any element type (widened to f32 as they load), f32 sums, over
-// the enclosing ISA's `Simd`: register tiles of 4 rows of x by 4 rows of W. x goes in blocks of
-// kLinearRowBlock rows, so that a block stays in L2 while the weight rows pass once per block; a
-// decode step (a few rows) reads W once.
+// the enclosing ISA's `Simd`: register tiles of up to kLinearTileRows rows of x by 4 rows of W (the
+// x vectors held, one weight vector at a time). x goes in blocks of kLinearRowBlock rows, so that a
+// block stays in L2 while the weight rows pass once per block; a decode step reads W once.
 #ifndef GATED_ATTENTION_IN_KERNEL_REGION
 #error "internal header: include <gated_attention/gated_attention.hpp>"
 #endif
+
+// Rows of x per tile: 4 accumulators per row within the path's budget (AVX2: 3 rows, whose 12
+// accumulators, 3 x vectors and one weight vector fill its 16 registers).
+constexpr int kLinearTileRows =
+    Tuning::kTileAccumulators / 4 < 4 ? Tuning::kTileAccumulators / 4 : 4;
 
 // One tile: rows [r, r + R) of x against weight rows [o, o + wn), wn <= 4. A short tile repeats its
 // last weight row (in bounds) and stores only its own results.
@@ -27,14 +32,14 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, 
   }
   for (std::int64_t c = 0; c < in; c += S::kLanes) {
     const int n = static_cast<int>(std::min<std::int64_t>(S::kLanes, in - c));
-    S::V wv[4];
+    S::V xv[R];
     GATED_ATTENTION_UNROLL
-    for (int j = 0; j < 4; ++j) wv[j] = load_row_part(w[j] + c, n);
+    for (int i = 0; i < R; ++i) xv[i] = load_row_part(x[i] + c, n);
     GATED_ATTENTION_UNROLL
-    for (int i = 0; i < R; ++i) {
-      const S::V xv = load_row_part(x[i] + c, n);
+    for (int j = 0; j < 4; ++j) {
+      const S::V wv = load_row_part(w[j] + c, n);
       GATED_ATTENTION_UNROLL
-      for (int j = 0; j < 4; ++j) acc[i][j] = S::fma(xv, wv[j], acc[i][j]);
+      for (int i = 0; i < R; ++i) acc[i][j] = S::fma(xv[i], wv, acc[i][j]);
     }
   }
   float sums[16];
@@ -47,7 +52,7 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, 
   }
 }
 
-// Rows [r, r + rows) of x, rows <= 4, against weight rows [o, o + wn).
+// Rows [r, r + rows) of x, rows <= kLinearTileRows, against weight rows [o, o + wn).
 template <class W>
 void linear_tile_rows(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t rows,
                       std::int64_t o, int wn) {
@@ -59,7 +64,7 @@ void linear_tile_rows(const LinearArgs<float, W>& a, std::int64_t r, std::int64_
     case 3:
       return linear_tile<3>(a, r, o, wn);
     default:
-      return linear_tile<4>(a, r, o, wn);
+      return linear_tile<kLinearTileRows>(a, r, o, wn);
   }
 }
 
@@ -70,8 +75,8 @@ void linear_rows(const LinearArgs<float, W>& a) {
     const std::int64_t r1 = std::min(rows, r0 + kLinearRowBlock);
     for (std::int64_t o = 0; o < out; o += 4) {
       const int wn = static_cast<int>(std::min<std::int64_t>(4, out - o));
-      for (std::int64_t r = r0; r < r1; r += 4) {
-        linear_tile_rows(a, r, std::min<std::int64_t>(4, r1 - r), o, wn);
+      for (std::int64_t r = r0; r < r1; r += kLinearTileRows) {
+        linear_tile_rows(a, r, std::min<std::int64_t>(kLinearTileRows, r1 - r), o, wn);
       }
     }
   }
