@@ -12,6 +12,9 @@
 // projection_backend_speedup/elementwise/f32/<shape>/threads:<n> (where the default backend is
 // not Eigen): counter speedup, Eigen's block time over the default backend's, paired. Built with
 // -march=native it is what a consumer without -march gains over the best Eigen build.
+// block/elementwise/f32-bf16w/<shape>/threads:<n>: f32 activations and cache, the projection
+// weights in bf16 (the same weights rounded); weight_speedup/elementwise/bf16w/<shape>/threads:<n>:
+// counter speedup, the f32-weight block's time over the bf16-weight block's, paired.
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
@@ -57,6 +60,8 @@ struct BlockCase {
   std::int64_t prefix;
   ga::bench::AlignedVector<float> wq, wk, wv, wo, norm, x, y;
   ga::BlockWeights<float> w;
+  ga::bench::AlignedVector<ga::bf16> wq16, wk16, wv16, wo16;
+  ga::BlockWeights<float, ga::bf16> w16;  // w rounded to bf16
   ga::bench::AlignedVector<KvT> k_cache, v_cache;
   ga::bench::AlignedVector<float> k_scales, v_scales;
   std::vector<std::int64_t> lengths, positions;
@@ -85,6 +90,11 @@ struct BlockCase {
     w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
     w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
     w.maybe_q_norm = w.maybe_k_norm = norm.data();
+    w16.q_proj = rounded(w.q_proj, wq16);
+    w16.k_proj = rounded(w.k_proj, wk16);
+    w16.v_proj = rounded(w.v_proj, wv16);
+    w16.o_proj = rounded(w.o_proj, wo16);
+    w16.maybe_q_norm = w16.maybe_k_norm = norm.data();
     make_cache();
     make_inputs();
     args.dot_precision = precision;
@@ -92,6 +102,14 @@ struct BlockCase {
   }
   BlockCase(const BlockCase&) = delete;
   BlockCase& operator=(const BlockCase&) = delete;
+
+  // m rounded to bf16 into `storage`.
+  static ga::TensorView<const ga::bf16, 2> rounded(const ga::TensorView<const float, 2>& m,
+                                                   ga::bench::AlignedVector<ga::bf16>& storage) {
+    storage.resize(static_cast<std::size_t>(m.num_elements()));
+    for (std::size_t i = 0; i < storage.size(); ++i) storage[i] = ga::bf16(m.data[i]);
+    return ga::TensorView<const ga::bf16, 2>::contiguous(storage.data(), m.extents);
+  }
 
   void make_cache() {
     const std::int64_t b = s.batch;
@@ -131,7 +149,8 @@ struct BlockCase {
   }
 
   // Checks the call and sizes the workspace; false (the state skipped) on error.
-  bool prepare(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT>& block) {
+  template <class W>
+  bool prepare(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT, W>& block) {
     const ga::Status status = block.can_implement(args);
     if (!status) {
       state.SkipWithError(status.message());
@@ -141,7 +160,8 @@ struct BlockCase {
     return true;
   }
 
-  void forward(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT>& block) {
+  template <class W>
+  void forward(benchmark::State& state, const ga::GatedMultiHeadAttention<float, KvT, W>& block) {
     for (auto& n : lengths) n = prefix;
     const ga::Status status =
         block.forward(args, ga::Workspace(workspace.data(), workspace.size()), executor);
@@ -154,28 +174,42 @@ struct BlockCase {
     const double rows = static_cast<double>(s.batch * s.q_len);
     return 2.0 * rows * weight_elements() + s.useful_flops();
   }
-  // Weight bytes + K/V bytes read per call.
+  // Weight bytes (W's) + K/V bytes read per call.
+  template <class W>
   double bytes() const {
     const double kv_rows = static_cast<double>(s.batch * s.kv_len * s.kv_heads);
-    return 4.0 * weight_elements() + ga::bench::kv_bytes_of<KvT>(kv_rows, s.head_dim);
+    return sizeof(W) * weight_elements() + ga::bench::kv_bytes_of<KvT>(kv_rows, s.head_dim);
   }
   double weight_elements() const {
     const std::int64_t hid = c.hidden_size;
     return static_cast<double>((c.q_proj_rows() + 2 * c.kv_width()) * hid + hid * c.q_width());
   }
   // The attention path, and the projections' backend.
-  std::string label(const ga::LinearHook<float>& gemm) const {
+  template <class W>
+  std::string label(const ga::LinearHook<float, W>& gemm) const {
     ga::SdpaArgs<float, KvT, KvT> path_args;
     path_args.dot_precision = args.dot_precision;
-    return std::string(ga::sdpa_path(path_args)) + " proj=" + ga::linear_backend(gemm);
+    std::string backend = ga::linear_backend(gemm);
+    if (std::is_same_v<W, ga::bf16> && gemm.fn == nullptr &&
+        s.batch * s.q_len >= ga::kWidenedWeightMinRows) {
+      backend = std::string("widened+") + ga::linear_backend<float>();  // the block's prefill path
+    }
+    return std::string(ga::sdpa_path(path_args)) + " proj=" + backend;
   }
 };
 
-template <class KvT>
+template <class KvT, class W = float>
 void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads,
                ga::DotPrecision precision) {
   BlockCase<KvT> bc(s, gate, threads, precision);
-  const ga::GatedMultiHeadAttention<float, KvT> block(bc.c, bc.w);
+  const auto& weights = [&]() -> const ga::BlockWeights<float, W>& {
+    if constexpr (std::is_same_v<W, float>) {
+      return bc.w;
+    } else {
+      return bc.w16;
+    }
+  }();
+  const ga::GatedMultiHeadAttention<float, KvT, W> block(bc.c, weights);
   if (!bc.prepare(state, block)) return;
   std::int64_t calls = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -186,8 +220,9 @@ void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   state.counters["flops"] = bc.flops() * static_cast<double>(calls) / seconds;
-  state.counters["bytes_per_second"] = bc.bytes() * static_cast<double>(calls) / seconds;
-  state.SetLabel(bc.label({}));
+  state.counters["bytes_per_second"] =
+      bc.template bytes<W>() * static_cast<double>(calls) / seconds;
+  state.SetLabel(bc.label(ga::LinearHook<float, W>{}));
 }
 
 // projection_backend_speedup/...: counter speedup, the median over back-to-back pairs of (the
@@ -199,7 +234,20 @@ void run_backend_pair(benchmark::State& state, AttentionShape s, Gate gate, int 
   if (!bc.prepare(state, eigen) || !bc.prepare(state, backend)) return;
   ga::bench::time_pairs(
       state, "speedup", [&] { bc.forward(state, backend); }, [&] { bc.forward(state, eigen); });
-  state.SetLabel(bc.label({}));
+  state.SetLabel(bc.label(ga::LinearHook<float>{}));
+}
+
+// weight_speedup/...: counter speedup, the median over back-to-back pairs of (the block with f32
+// weights / the block with the same weights in bf16).
+void run_weight_pair(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+  BlockCase<float> bc(s, gate, threads, ga::DotPrecision::exact);
+  const ga::GatedMultiHeadAttention<float> f32_weights(bc.c, bc.w);
+  const ga::GatedMultiHeadAttention<float, float, ga::bf16> bf16_weights(bc.c, bc.w16);
+  if (!bc.prepare(state, f32_weights) || !bc.prepare(state, bf16_weights)) return;
+  ga::bench::time_pairs(
+      state, "speedup", [&] { bc.forward(state, bf16_weights); },
+      [&] { bc.forward(state, f32_weights); });
+  state.SetLabel(bc.label(ga::LinearHook<float, ga::bf16>{}));
 }
 
 template <class KvT>
@@ -238,6 +286,18 @@ int register_block() {
         benchmark::RegisterBenchmark(name.c_str(), run_backend_pair, s, Gate::elementwise, threads)
             ->Unit(benchmark::kMillisecond);
       }
+    }
+  }
+  for (const AttentionShape& s : ga::bench::kShapes) {
+    for (int threads : {1, 2}) {
+      const std::string suffix = std::string(s.name) + "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(("block/elementwise/f32-bf16w/" + suffix).c_str(),
+                                   run_block<float, ga::bf16>, s, Gate::elementwise, threads,
+                                   ga::DotPrecision::exact)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("weight_speedup/elementwise/bf16w/" + suffix).c_str(),
+                                   run_weight_pair, s, Gate::elementwise, threads)
+          ->Unit(benchmark::kMillisecond);
     }
   }
   constexpr auto kStorage = ga::DotPrecision::storage;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -119,9 +120,15 @@ struct Model {
     }
   }
 
-  ga::BlockWeights<T> weights() const {
+  ga::BlockWeights<T> weights() const { return weights_with_norms(q_norm, k_norm); }
+
+  // The weights with the QK norm weights in another type N (the activations' type of a block
+  // whose projection weights are T).
+  template <class N>
+  ga::BlockWeights<N, T> weights_with_norms(const std::vector<N>& q_norm_weight,
+                                            const std::vector<N>& k_norm_weight) const {
     const std::int64_t hid = c.hidden_size;
-    ga::BlockWeights<T> w;
+    ga::BlockWeights<N, T> w;
     w.q_proj = ga::TensorView<const T, 2>::contiguous(
         q_proj.data(), {static_cast<std::int64_t>(q_proj.size()) / hid, hid});
     if (c.has_gate_proj()) {
@@ -137,11 +144,44 @@ struct Model {
       w.maybe_v_bias = bv.data();
     }
     if (o_bias) w.maybe_o_bias = bo.data();
-    w.maybe_q_norm = q_norm.data();
-    w.maybe_k_norm = k_norm.data();
+    w.maybe_q_norm = q_norm_weight.data();
+    w.maybe_k_norm = k_norm_weight.data();
     return w;
   }
 };
+
+// Every element of v rounded to T.
+template <class T, class S>
+std::vector<T> rounded(const std::vector<S>& v) {
+  std::vector<T> out;
+  for (const S x : v) out.push_back(reference::from_double<T>(reference::as_double(x)));
+  return out;
+}
+
+// The model's parameters rounded to T (or widened exactly, from bf16/f16 to float).
+template <class T, class S>
+Model<T> rounded_model(const Model<S>& m) {
+  Model<T> r;
+  r.c = m.c;
+  r.biases = m.biases;
+  r.o_bias = m.o_bias;
+  for (auto [to, from] : {std::pair{&r.wq, &m.wq},
+                          {&r.bq, &m.bq},
+                          {&r.wg, &m.wg},
+                          {&r.bg, &m.bg},
+                          {&r.wk, &m.wk},
+                          {&r.bk, &m.bk},
+                          {&r.wv, &m.wv},
+                          {&r.bv, &m.bv},
+                          {&r.wo, &m.wo},
+                          {&r.bo, &m.bo},
+                          {&r.q_norm, &m.q_norm},
+                          {&r.k_norm, &m.k_norm}}) {
+    *to = rounded<T>(*from);
+  }
+  r.pack();
+  return r;
+}
 
 template <class T>
 Model<T> make_model(const ga::BlockConfig& c, Rng& rng) {

@@ -36,9 +36,11 @@ ga::BlockConfig block_config(ga::GateMode mode, ga::QGateLayout layout) {
   return c;
 }
 
-// Runs the block on contiguous x [batch, len, hidden] and returns y.
+// Runs the block (f32 activations and cache, weights W) on contiguous x [batch, len, hidden] and
+// returns y.
+template <class W>
 struct BlockRun {
-  const ga::GatedMultiHeadAttention<float>& block;
+  const ga::GatedMultiHeadAttention<float, float, W>& block;
   ga::Executor executor;
 
   ga::Status forward(const std::vector<float>& x, std::int64_t batch, std::int64_t len,
@@ -55,18 +57,29 @@ struct BlockRun {
     return block.forward(args, ga::Workspace(ws.data(), ws.size()), executor);
   }
 };
+template <class W>
+BlockRun(const ga::GatedMultiHeadAttention<float, float, W>&, ga::Executor) -> BlockRun<W>;
 
-std::vector<float> reference_forward(const Model<float>& m, const std::vector<float>& x,
-                                     std::int64_t batch, std::int64_t len, const Positions& pos,
+template <class W>
+std::vector<float> reference_forward(const ga::BlockConfig& c,
+                                     const ga::BlockWeights<float, W>& weights,
+                                     const std::vector<float>& x, std::int64_t batch,
+                                     std::int64_t len, const Positions& pos,
                                      const ga::KvCacheView<float>& cache) {
-  const std::int64_t hid = m.c.hidden_size;
+  const std::int64_t hid = c.hidden_size;
   std::vector<float> y(static_cast<std::size_t>(batch * len * hid));
   const ga::Status s = ga::reference::block_forward(
-      m.c, m.weights(), ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid}),
+      c, weights, ga::TensorView<const float, 3>::contiguous(x.data(), {batch, len, hid}),
       ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {batch, len}), cache,
       ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid}));
   REQUIRE(s.is_ok());
   return y;
+}
+
+std::vector<float> reference_forward(const Model<float>& m, const std::vector<float>& x,
+                                     std::int64_t batch, std::int64_t len, const Positions& pos,
+                                     const ga::KvCacheView<float>& cache) {
+  return reference_forward(m.c, m.weights(), x, batch, len, pos, cache);
 }
 
 // Elements that differ: NaN on one side only, or beyond the tolerance.
@@ -104,24 +117,27 @@ struct Step {
   }
 };
 
-// The same steps through the block and the reference, each with its own cache; checks y after
-// every step and the caches at the end.
+// The same steps through the block (weights W) and the reference, each with its own cache; checks
+// y after every step and the caches at the end.
+template <class W = float>
 struct Steps {
-  const Model<float>& model;
+  const ga::BlockConfig& c;
+  ga::BlockWeights<float, W> weights;
   ga::Executor executor;
   std::int64_t seqs, capacity;
-  ga::LinearHook<float> gemm = {};
+  ga::LinearHook<float, W> gemm = {};
+  std::int64_t first_prefill = 37;
 
   void run(std::uint64_t salt) const {
-    const ga::GatedMultiHeadAttention<float> block(model.c, model.weights(), gemm);
+    const ga::GatedMultiHeadAttention<float, float, W> block(c, weights, gemm);
     const BlockRun runner{block, executor};
-    Cache<float> ours(model.c, seqs, capacity), theirs(model.c, seqs, capacity);
+    Cache<float> ours(c, seqs, capacity), theirs(c, seqs, capacity);
     std::mt19937_64 rng = make_rng(salt);
-    const std::int64_t hid = model.c.hidden_size;
-    // Prefill 37 tokens into sequence 0 and 17 into sequence 1 (one call each), a chunk of 5 into
-    // both, then 3 batched decode steps of every sequence.
-    const Step steps[] = {{0, 1, 37},   {1, 1, 17},   {0, 2, 5},
-                          {0, seqs, 1}, {0, seqs, 1}, {0, seqs, 1}};
+    const std::int64_t hid = c.hidden_size;
+    // Prefill first_prefill tokens into sequence 0 and 17 into sequence 1 (one call each), a
+    // chunk of 5 into both, then 3 batched decode steps of every sequence.
+    const Step steps[] = {{0, 1, first_prefill}, {1, 1, 17},   {0, 2, 5},
+                          {0, seqs, 1},          {0, seqs, 1}, {0, seqs, 1}};
     for (const Step& step : steps) {
       INFO("step: sequences " << step.first_seq << "+" << step.batch << ", " << step.len
                               << " tokens");
@@ -132,7 +148,7 @@ struct Steps {
       INFO(s.message());
       REQUIRE(s.is_ok());
       const std::vector<float> expected =
-          reference_forward(model, x, step.batch, step.len, pos, step.sequences(theirs));
+          reference_forward(c, weights, x, step.batch, step.len, pos, step.sequences(theirs));
       CHECK(max_tolerance_ratio(y, expected, kAtol, kRtol) <= 1.0);
       CHECK(ours.lengths == theirs.lengths);
     }
@@ -184,7 +200,7 @@ TEST_CASE("Block matches the reference: layouts, gates, norms, biases, paths, th
           INFO("layout " << name_of(var.layout) << ", gate " << name_of(var.mode) << ", path "
                          << ga::to_string(isa) << ", workers " << executor.num_workers
                          << ", projections " << backend.name);
-          Steps{m, executor, 3, 48, backend.hook}.run(salt);
+          Steps<>{c, m.weights(), executor, 3, 48, backend.hook}.run(salt);
         }
       }
     }
@@ -312,13 +328,13 @@ TEST_CASE("Block: the ith/nth entry from std::threads equals forward() bit for b
 
 namespace {
 
-// A GEMM hook that computes in double with plain loops and counts its calls.
-// An engine's GEMM for any element type: sums in double, each output rounded to T once.
-template <class T>
+// An engine's GEMM for any element types (activations T, weights W): sums in double, each output
+// rounded to T once; counts its calls.
+template <class T, class W = T>
 struct LoopGemm {
   std::atomic<int> calls{0};
 
-  static ga::Status run(void* context, const ga::LinearArgs<T>& a) {
+  static ga::Status run(void* context, const ga::LinearArgs<T, W>& a) {
     static_cast<LoopGemm*>(context)->calls.fetch_add(1);
     for (std::int64_t r = 0; r < a.x.extents[0]; ++r) {
       for (std::int64_t o = 0; o < a.weight.extents[0]; ++o) {
@@ -363,43 +379,79 @@ TEST_CASE("Block: an engine's GEMM hook replaces Eigen, and its errors are retur
   CHECK(std::string(s.message()).find("engine gemm") != std::string::npos);
 }
 
+// bf16 weights with f32 activations: the reference reads the same rounded weights exactly (their
+// widening to f32 is exact), so the f32 tolerance holds. A first prefill of 100 rows takes the
+// widened path (kWidenedWeightMinRows), the other steps the kernel; an engine's hook gets the bf16
+// weights as they are.
+TEST_CASE("Block with bf16 weights matches the reference on the rounded weights", "[block]") {
+  STATIC_REQUIRE(ga::kWidenedWeightMinRows <= 100);
+  ga::ThreadPool pool(3);
+  std::uint64_t salt = 1500;
+  for (const auto& [mode, layout] :
+       {std::pair{ga::GateMode::elementwise, ga::QGateLayout::qwen3_next},
+        {ga::GateMode::headwise, ga::QGateLayout::separate},
+        {ga::GateMode::none, ga::QGateLayout::qwen3_next}}) {
+    const ga::BlockConfig c = block_config(mode, layout);
+    std::mt19937_64 rng = make_rng(salt++);
+    const Model<float> m = make_model<float>(c, rng);
+    const Model<ga::bf16> rounded_weights = rounded_model<ga::bf16>(m);
+    const ga::BlockWeights<float, ga::bf16> weights =
+        rounded_weights.weights_with_norms(m.q_norm, m.k_norm);
+    LoopGemm<float, ga::bf16> gemm;
+    const ga::LinearHook<float, ga::bf16> hooks[] = {{}, {&LoopGemm<float, ga::bf16>::run, &gemm}};
+    for (const ga::Isa isa : available_isas()) {
+      ga::set_isa_limit(isa);
+      for (const ga::Executor& executor : {ga::Executor{}, pool.executor()}) {
+        for (const ga::LinearHook<float, ga::bf16>& hook : hooks) {
+          INFO("layout " << name_of(layout) << ", gate " << name_of(mode) << ", path "
+                         << ga::to_string(isa) << ", workers " << executor.num_workers
+                         << ", projections " << ga::linear_backend(hook));
+          Steps<ga::bf16>{c, weights, executor, 3, 112, hook, 100}.run(salt);
+        }
+      }
+    }
+    ga::clear_isa_limit();
+    CHECK(gemm.calls.load() > 0);
+  }
+}
+
+TEST_CASE("Block with bf16 weights: prefill widens them in the workspace, decode reads them",
+          "[block]") {
+  const ga::BlockConfig c = block_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  std::mt19937_64 rng = make_rng(1510);
+  const Model<float> m = make_model<float>(c, rng);
+  const Model<ga::bf16> rounded_weights = rounded_model<ga::bf16>(m);
+  const ga::GatedMultiHeadAttention<float, float, ga::bf16> block(
+      c, rounded_weights.weights_with_norms(m.q_norm, m.k_norm));
+  const ga::GatedMultiHeadAttention<float> f32_block(c, m.weights());
+  Cache<float> cache(c, 1, 128);
+  const std::int64_t hid = c.hidden_size;
+  std::vector<float> x(static_cast<std::size_t>(128 * hid)), y(x.size());
+  const Positions pos = positions_from(1, 128, 0);
+  // Extra bytes over the f32-weight block: the widest panel widened, per worker, from
+  // kWidenedWeightMinRows rows on; none below.
+  auto extra_bytes = [&](std::int64_t len, int workers) {
+    ga::BlockForwardArgs<float> args;
+    args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {1, len, hid});
+    args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {1, len});
+    args.cache = cache.view();
+    args.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, len, hid});
+    return static_cast<std::int64_t>(block.workspace_size(args, workers)) -
+           static_cast<std::int64_t>(f32_block.workspace_size(args, workers));
+  };
+  const std::int64_t widened = static_cast<std::int64_t>(ga::widened_weight_floats(
+      std::min(ga::linear_panel_width(c.hidden_size, 1), c.hidden_size), c.q_width()));
+  CHECK(extra_bytes(1, 1) == 0);
+  CHECK(extra_bytes(ga::kWidenedWeightMinRows - 1, 1) == 0);
+  CHECK(extra_bytes(ga::kWidenedWeightMinRows, 1) >= widened * 4);
+  CHECK(extra_bytes(ga::kWidenedWeightMinRows, 2) >= 2 * widened * 4);
+  CHECK(std::string(ga::linear_backend<float, ga::bf16>()) == "kernel");
+}
+
 // bf16 and f16 activations: these compile the typed kernels in this unit, which the
 // [threads]-only build (its kernels library f32 only) leaves out.
 #if !defined(GATED_ATTENTION_THREADS_TESTS_ONLY)
 namespace {
-
-// Every element of v rounded to T.
-template <class T, class S>
-std::vector<T> rounded(const std::vector<S>& v) {
-  std::vector<T> out;
-  for (const S x : v) out.push_back(ga::reference::from_double<T>(ga::reference::as_double(x)));
-  return out;
-}
-
-// The model's parameters rounded to T (or widened exactly, from bf16/f16 to float).
-template <class T, class S>
-Model<T> rounded_model(const Model<S>& m) {
-  Model<T> r;
-  r.c = m.c;
-  r.biases = m.biases;
-  r.o_bias = m.o_bias;
-  for (auto [to, from] : {std::pair{&r.wq, &m.wq},
-                          {&r.bq, &m.bq},
-                          {&r.wg, &m.wg},
-                          {&r.bg, &m.bg},
-                          {&r.wk, &m.wk},
-                          {&r.bk, &m.bk},
-                          {&r.wv, &m.wv},
-                          {&r.bv, &m.bv},
-                          {&r.wo, &m.wo},
-                          {&r.bo, &m.bo},
-                          {&r.q_norm, &m.q_norm},
-                          {&r.k_norm, &m.k_norm}}) {
-    *to = rounded<T>(*from);
-  }
-  r.pack();
-  return r;
-}
 
 // bf16 or f16 activations: x, the weights, every projection's output, the attention's output and
 // y in T (norm, RoPE, softmax and the GEMM's sums in f32 or better), a cache of T; against the

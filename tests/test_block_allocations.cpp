@@ -5,7 +5,8 @@
 //
 // Checks: with a GEMM hook that allocates nothing, and with OpenBLAS where the build has it (its
 // buffers are mmap'ed, not malloc'ed), forward allocates nothing (prefill, chunked prefill and
-// batched decode; 1 and 2 workers). Reports: what Eigen's GEMM allocates.
+// batched decode; 1 and 2 workers); the same with bf16 weights (the kernel, and in prefill the
+// weights widened in the workspace for OpenBLAS). Reports: what Eigen's GEMM allocates.
 #include <gated_attention/gated_attention.hpp>
 
 #include <atomic>
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -91,6 +94,7 @@ struct Counted {
 struct Layer {
   ga::BlockConfig c;
   std::vector<float> q_proj, k_proj, v_proj, o_proj, norm;
+  std::vector<ga::bf16> q_bf16, k_bf16, v_bf16, o_bf16;  // the matrices rounded to bf16
   std::vector<float> k_cache, v_cache;
   std::vector<std::int64_t> lengths;
   std::int64_t capacity = 0;
@@ -113,24 +117,40 @@ struct Layer {
     v_proj = fill(c.kv_width() * hid);
     o_proj = fill(hid * c.q_width());
     norm = fill(c.head_dim);
+    for (auto [to, from] : {std::pair{&q_bf16, &q_proj},
+                            {&k_bf16, &k_proj},
+                            {&v_bf16, &v_proj},
+                            {&o_bf16, &o_proj}}) {
+      for (const float e : *from) to->push_back(ga::bf16(e));
+    }
     k_cache.resize(static_cast<std::size_t>(seqs * cap * c.kv_width()));
     v_cache.resize(k_cache.size());
     lengths.assign(static_cast<std::size_t>(seqs), 0);
   }
 
-  ga::BlockWeights<float> weights() const {
+  // The weights, the matrices in W: f32 or their bf16 copies.
+  template <class W>
+  ga::BlockWeights<float, W> weights() const {
     const std::int64_t hid = c.hidden_size;
-    ga::BlockWeights<float> w;
-    w.q_proj = ga::TensorView<const float, 2>::contiguous(q_proj.data(), {c.q_proj_rows(), hid});
-    w.k_proj = ga::TensorView<const float, 2>::contiguous(k_proj.data(), {c.kv_width(), hid});
-    w.v_proj = ga::TensorView<const float, 2>::contiguous(v_proj.data(), {c.kv_width(), hid});
-    w.o_proj = ga::TensorView<const float, 2>::contiguous(o_proj.data(), {hid, c.q_width()});
+    const auto pick = [](const std::vector<float>& f32, const std::vector<ga::bf16>& bf16) {
+      if constexpr (std::is_same_v<W, float>) {
+        return f32.data();
+      } else {
+        return bf16.data();
+      }
+    };
+    ga::BlockWeights<float, W> w;
+    w.q_proj = ga::TensorView<const W, 2>::contiguous(pick(q_proj, q_bf16), {c.q_proj_rows(), hid});
+    w.k_proj = ga::TensorView<const W, 2>::contiguous(pick(k_proj, k_bf16), {c.kv_width(), hid});
+    w.v_proj = ga::TensorView<const W, 2>::contiguous(pick(v_proj, v_bf16), {c.kv_width(), hid});
+    w.o_proj = ga::TensorView<const W, 2>::contiguous(pick(o_proj, o_bf16), {hid, c.q_width()});
     w.maybe_q_norm = w.maybe_k_norm = norm.data();
     return w;
   }
 
   // Appends len tokens to sequences [0, batch); counts the allocations of forward() alone.
-  Counted forward(const ga::GatedMultiHeadAttention<float>& block, std::int64_t batch,
+  template <class W>
+  Counted forward(const ga::GatedMultiHeadAttention<float, float, W>& block, std::int64_t batch,
                   std::int64_t len, const ga::Executor& executor) {
     const std::int64_t hid = c.hidden_size;
     const std::vector<float> x(static_cast<std::size_t>(batch * len * hid), 0.5f);
@@ -160,6 +180,28 @@ struct Layer {
   }
 };
 
+struct Step {
+  const char* name;
+  std::int64_t batch, len;
+};
+constexpr Step kSteps[] = {
+    {"prefill 512 tokens", 1, 512}, {"chunk of 32", 1, 32}, {"decode, 3 sequences", 3, 1}};
+
+// Runs the steps through `block`; counts a failure per failed call, and per call that allocates
+// where the backend must not.
+template <class W>
+int run_steps(Layer& layer, const ga::GatedMultiHeadAttention<float, float, W>& block,
+              const char* backend, bool must_not_allocate, const ga::Executor& executor) {
+  int failures = 0;
+  for (const Step& step : kSteps) {
+    const Counted n = layer.forward(block, step.batch, step.len, executor);
+    std::printf("%-22s %-20s %d worker(s): %ld allocations, %ld bytes\n", backend, step.name,
+                executor.num_workers, n.allocations, n.bytes);
+    if (!n.ok || (must_not_allocate && n.allocations != 0)) ++failures;
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main() {
@@ -178,19 +220,20 @@ int main() {
 #endif
     for (const Backend& backend : backends) {
       Layer layer(/*seqs=*/3, /*capacity=*/600);
-      const ga::GatedMultiHeadAttention<float> block(layer.c, layer.weights(), backend.hook);
-      struct Step {
-        const char* name;
-        std::int64_t batch, len;
-      };
-      for (const Step& step : {Step{"prefill 512 tokens", 1, 512}, Step{"chunk of 32", 1, 32},
-                               Step{"decode, 3 sequences", 3, 1}}) {
-        const Counted n = layer.forward(block, step.batch, step.len, pool.executor());
-        std::printf("%-22s %-20s %d worker(s): %ld allocations, %ld bytes\n", backend.name,
-                    step.name, workers, n.allocations, n.bytes);
-        if (!n.ok || (backend.must_not_allocate && n.allocations != 0)) ++failures;
-      }
+      const ga::GatedMultiHeadAttention<float> block(layer.c, layer.weights<float>(), backend.hook);
+      failures += run_steps(layer, block, backend.name, backend.must_not_allocate, pool.executor());
     }
+    // bf16 weights, the default: the kernel, and in prefill the weights widened for the f32
+    // default (which allocates only where that is Eigen).
+    Layer layer(/*seqs=*/3, /*capacity=*/600);
+    const ga::GatedMultiHeadAttention<float, float, ga::bf16> block(layer.c,
+                                                                    layer.weights<ga::bf16>());
+#if GATED_ATTENTION_OPENBLAS
+    const bool widened_must_not_allocate = true;
+#else
+    const bool widened_must_not_allocate = false;
+#endif
+    failures += run_steps(layer, block, "bf16 weights", widened_must_not_allocate, pool.executor());
   }
   std::printf("%s\n",
               failures == 0 ? "ok: forward allocates nothing outside Eigen's products" : "FAILED");

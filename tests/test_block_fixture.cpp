@@ -2,7 +2,8 @@
 // tests/data (see test_qwen3_next_fixture.cpp for how it was made and for the tolerance, which is
 // the same here): prefill then decode through one cache, and two sequences of different lengths
 // decoding as one batch; every ISA path, 1 and 2 workers. And the block with a bf16, f16 or int8
-// cache, within the format's own effect on the output (computed by the reference block).
+// cache, or with bf16 weights, within the format's own effect on the output (computed by the
+// reference block).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -67,13 +68,18 @@ struct TypedCache {
   }
 };
 
-// y of one step through the reference block with `cache`.
-template <class E>
+// y of one step through the reference block with `cache` (and the fixture's weights, or others).
+template <class E, class W = float>
 Tensor<float, 3> reference_step(const Qwen3NextFixture& f, const Qwen3NextFixtureStep& step,
-                                const ga::KvCacheView<E>& cache) {
+                                const ga::KvCacheView<E>& cache,
+                                const ga::BlockWeights<float, W>* weights = nullptr) {
   Tensor<float, 3> y(step.output.extents);
-  const ga::Status s = ga::reference::block_forward(f.config, f.weights, step.hidden_states,
-                                                    step.position_ids, cache, y.view());
+  ga::Status s;
+  if constexpr (std::is_same_v<W, float>) {
+    if (weights == nullptr) weights = &f.weights;
+  }
+  s = ga::reference::block_forward(f.config, *weights, step.hidden_states, step.position_ids, cache,
+                                   y.view());
   INFO(s.message());
   REQUIRE(s.is_ok());
   return y;
@@ -88,9 +94,9 @@ Tensor<float, 3> reference_step(const Qwen3NextFixture& f, const Qwen3NextFixtur
 // rounded with relative error u move an output by about u |v| through V and u |logit| through
 // the weights; logits here are O(1), so a few u (u = 2^-8 bf16, 2^-11 f16, 1/254 of the row's
 // largest element int8).
-template <class E>
+template <class E, class W = float>
 void check_typed_cache(const Qwen3NextFixture& f,
-                       const ga::GatedMultiHeadAttention<float, E>& block, double format_bound) {
+                       const ga::GatedMultiHeadAttention<float, E, W>& block, double format_bound) {
   for (const ga::Isa isa : ga::testing::available_isas()) {
     ga::set_isa_limit(isa);
     TypedCache<E> ours(f.config, 64), theirs(f.config, 64);
@@ -108,7 +114,7 @@ void check_typed_cache(const Qwen3NextFixture& f,
       const ga::Status s = block.forward(args, ga::Workspace(ws.data(), ws.size()));
       INFO(s.message());
       REQUIRE(s.is_ok());
-      const Tensor<float, 3> with_format = reference_step(f, step, theirs.view());
+      const Tensor<float, 3> with_format = reference_step(f, step, theirs.view(), &block.weights());
       const Tensor<float, 3> without = reference_step(f, step, exact.view());
       double effect = 0.0, max_y = 0.0, worst = 0.0;
       for (std::size_t i = 0; i < y.data.size(); ++i) {
@@ -130,7 +136,56 @@ void check_typed_cache(const Qwen3NextFixture& f,
   ga::clear_isa_limit();
 }
 
+// The fixture's projection weights and biases rounded to bf16 (the QK norm weights stay f32).
+struct Bf16Weights {
+  std::vector<std::vector<ga::bf16>> storage;
+  ga::BlockWeights<float, ga::bf16> views;
+
+  explicit Bf16Weights(const ga::BlockWeights<float>& w) {
+    views.q_proj = matrix(w.q_proj);
+    views.maybe_gate_proj = matrix(w.maybe_gate_proj);
+    views.k_proj = matrix(w.k_proj);
+    views.v_proj = matrix(w.v_proj);
+    views.o_proj = matrix(w.o_proj);
+    views.maybe_q_bias = vector(w.maybe_q_bias, w.q_proj.extents[0]);
+    views.maybe_gate_bias = vector(w.maybe_gate_bias, w.maybe_gate_proj.extents[0]);
+    views.maybe_k_bias = vector(w.maybe_k_bias, w.k_proj.extents[0]);
+    views.maybe_v_bias = vector(w.maybe_v_bias, w.v_proj.extents[0]);
+    views.maybe_o_bias = vector(w.maybe_o_bias, w.o_proj.extents[0]);
+    views.maybe_q_norm = w.maybe_q_norm;
+    views.maybe_k_norm = w.maybe_k_norm;
+  }
+  ga::TensorView<const ga::bf16, 2> matrix(const ga::TensorView<const float, 2>& m) {
+    if (m.data == nullptr) return {};
+    std::vector<ga::bf16>& out = storage.emplace_back();
+    for (std::int64_t r = 0; r < m.extents[0]; ++r) {
+      for (std::int64_t c = 0; c < m.extents[1]; ++c) out.push_back(ga::bf16(m(r, c)));
+    }
+    return ga::TensorView<const ga::bf16, 2>::contiguous(out.data(), m.extents);
+  }
+  const ga::bf16* vector(const float* v, std::int64_t n) {
+    if (v == nullptr) return nullptr;
+    std::vector<ga::bf16>& out = storage.emplace_back(v, v + n);
+    return out.data();
+  }
+};
+
 }  // namespace
+
+TEST_CASE("Block with bf16 weights matches transformers within the format's effect",
+          "[block][fixture]") {
+  Qwen3NextFixture f;
+  const ga::Status loaded =
+      ga::testing::load_qwen3_next_fixture(ga::testing::qwen3_next_fixture_path(), &f);
+  INFO(loaded.message());
+  REQUIRE(loaded.is_ok());
+  const Bf16Weights weights(f.weights);
+  // Weights rounded with relative error 2^-9 move each projection's outputs by at most that share
+  // of their magnitude; through q, k (the logits), v, the gate and o_proj, a few of them: bound
+  // 8 u max|y| with u = 2^-8.
+  check_typed_cache(f, ga::GatedMultiHeadAttention<float, float, ga::bf16>(f.config, weights.views),
+                    8.0 * 0x1p-8);
+}
 
 TEST_CASE("Block with bf16, f16 and int8 caches matches transformers within the format's effect",
           "[block][fixture][kv_types]") {

@@ -228,6 +228,50 @@ TEST_CASE("linear: the library's kernel, f32 and bf16 weights, on every path", "
   ga::clear_isa_limit();
 }
 
+namespace {
+
+// linear_widened with scratch of its own per call (the hook runs on several workers at once).
+ga::Status widened_with_own_scratch(void*, const ga::LinearArgs<float, ga::bf16>& args) {
+  std::vector<float> floats(
+      ga::widened_weight_floats(args.weight.extents[0], args.weight.extents[1]));
+  ga::WidenScratch scratch{floats.data(), floats.size()};
+  return ga::linear_widened(&scratch, args);
+}
+
+}  // namespace
+
+TEST_CASE("linear: bf16 weights widened into scratch, then the f32 default backend", "[linear]") {
+  check_linear_backend<ga::bf16>({&widened_with_own_scratch, nullptr}, 37);
+  CHECK(std::string(ga::linear_backend<float, ga::bf16>({&ga::linear_widened, nullptr})) ==
+        "widened");
+
+  // Scratch one float short: refused before anything is written.
+  const std::int64_t rows = 2, in = 5, out = 3;
+  std::vector<float> x(rows * in, 1.0f), y(rows * out, -1.0f);
+  std::vector<ga::bf16> w(out * in, ga::bf16(0.5f)), b(out, ga::bf16(1.0f));
+  ga::LinearArgs<float, ga::bf16> args;
+  args.x = ga::TensorView<const float, 2>::contiguous(x.data(), {rows, in});
+  args.weight = ga::TensorView<const ga::bf16, 2>::contiguous(w.data(), {out, in});
+  args.maybe_bias = b.data();
+  args.y = ga::TensorView<float, 2>::contiguous(y.data(), {rows, out});
+  std::vector<float> floats(ga::widened_weight_floats(out, in));
+  ga::WidenScratch short_scratch{floats.data(), floats.size() - 1};
+  const ga::Status s = ga::linear_widened(&short_scratch, args);
+  CHECK(s.code() == ga::StatusCode::workspace_too_small);
+  CHECK(std::string(s.message()).find("expected scratch of >= 18 floats, got 17") !=
+        std::string::npos);
+  CHECK(y == std::vector<float>(rows * out, -1.0f));
+  CHECK(ga::linear_widened(nullptr, args).code() == ga::StatusCode::workspace_too_small);
+  ga::WidenScratch scratch{floats.data(), floats.size()};
+  REQUIRE(ga::linear_widened(&scratch, args).is_ok());
+  CHECK(y == std::vector<float>(rows * out, 3.5f));  // 5 * 0.5 + 1
+}
+
+TEST_CASE("linear: no default backend for types only an engine multiplies", "[linear]") {
+  CHECK(ga::default_linear_fn<ga::bf16, ga::bf16>() == nullptr);
+  CHECK(std::string(ga::linear_backend<ga::bf16, ga::bf16>()) == "none");
+}
+
 #if GATED_ATTENTION_OPENBLAS
 TEST_CASE("linear: OpenBLAS's double products (dgemm) equal a double sum", "[linear]") {
   std::mt19937_64 rng = make_rng(36);

@@ -90,6 +90,8 @@ VARLEN_MIN_TIME = 3.0  # the varlen pairs run at least this long (the mixed pair
 # The block with Eigen's projections / with the build's default backend (OpenBLAS), paired.
 PROJECTION = re.compile(r"^projection_backend_speedup/(none|headwise|elementwise)/f32/(\w+)/"
                         r"threads:(\d+)$")
+# The block with f32 weights / with the same weights in bf16, paired.
+WEIGHTS = re.compile(r"^weight_speedup/(none|headwise|elementwise)/bf16w/(\w+)/threads:(\d+)$")
 # The block rows run from the binary built without -march (--portable-bench).
 PORTABLE_BLOCK = re.compile(r"^block/elementwise/f32/(\w+)/threads:(\d+)$")
 
@@ -169,12 +171,12 @@ def classify(names):
             cases[n] = Case(n, "paged", m.group(2), m.group(1), threads, shape,
                             2.0 * estimate_seconds(shape, threads, False), int(m.group(3)))
             continue
-        m = PROJECTION.match(n)
+        m = PROJECTION.match(n) or WEIGHTS.match(n)
         if m and m.group(2) in by_name:
             shape, threads = by_name[m.group(2)], int(m.group(3))
-            # Each iteration is a pair: the block with each backend.
-            cases[n] = Case(n, "projection", m.group(2), m.group(1), threads, shape,
-                            2.0 * estimate_seconds(shape, threads, True))
+            # Each iteration is a pair: the block with each backend, or each weight type.
+            cases[n] = Case(n, "projection" if PROJECTION.match(n) else "weights", m.group(2),
+                            m.group(1), threads, shape, 2.0 * estimate_seconds(shape, threads, True))
             continue
         m = VARLEN.match(n)
         if m:
@@ -245,7 +247,7 @@ def plan(cases, full):
             if full or c.shape.decode or c.case in QUICK_PAGED_PREFILL:
                 pairs.append(c)
             continue
-        if c.group == "projection":
+        if c.group in ("projection", "weights"):
             if full or c.seconds < 2.0 * LONG_S:  # the block rows quick mode runs
                 pairs.append(c)
             continue
@@ -448,7 +450,8 @@ def build_rows(data, peers):
     order = []
     for name, entry in values.items():
         c = cases.get(name)
-        if c is None or c.group in ("peak", "dtype", "typed", "paged", "varlen", "projection"):
+        if c is None or c.group in ("peak", "dtype", "typed", "paged", "varlen", "projection",
+                                      "weights"):
             continue
         if c.group == "pair":
             if entry.get("ratio") is not None:
@@ -608,6 +611,22 @@ def projection_rows(data):
                                     f"{native / plain:.2f}*" if native and plain else "-",
                                     f"{paired:.3f}" if paired else "-"]))
     return ["case", "thr", "-march ms", "no -march ms", "speed no/with*", "eigen/backend"], rows
+
+
+def weight_rows(data):
+    """The bf16-weights table: per (case, threads), the paired f32 / bf16 weight counter and the
+    bf16-weight block's label (the projections' route)."""
+    values = medians(data["benchmarks"])
+    named = [s.name for s in bench_shapes.load()[0]]
+    keys = sorted(((m.group(2), int(m.group(3))) for m in map(WEIGHTS.match, values) if m),
+                  key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[1]))
+    rows = []
+    for case, threads in keys:
+        name = f"weight_speedup/elementwise/bf16w/{case}/threads:{threads}"
+        speedup = values[name].get("speedup")
+        rows.append(("weights", [case, str(threads), f"{speedup:.3f}" if speedup else "-",
+                                 values[name].get("label", "")]))
+    return ["case", "thr", "f32w/bf16w", "path"], rows
 
 
 def varlen_rows(data):
@@ -1104,6 +1123,10 @@ def main():
          "build: the block with Eigen's `-march=native` products over the block with the default "
          "backend, back to back. Target: no -march at >= 0.95x the -march=native Eigen build.",
          *projection_rows(data)),
+        ("bf16 weights (issue 33): the paired counter `weight_speedup/elementwise/bf16w/<shape>/"
+         "threads:<n>` (median of back-to-back block call times with f32 weights / with the same "
+         "weights rounded to bf16; f32 activations and cache). Targets: >= 1.6 on decode, >= 1.5 "
+         "on prefill where the host has AVX512-BF16.", *weight_rows(data)),
         ("Packed varlen batches (llama8b's heads): the paired counter "
          "`sdpa_varlen/<dtype>/<batch>/threads:<n>` `varlen_speedup` (median of back-to-back "
          "one-call-per-entry / one packed call times); `mixed`: 4 entries decoding at 8K keys "

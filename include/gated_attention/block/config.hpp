@@ -114,25 +114,26 @@ inline Status validate(const BlockConfig& c) {
   return Status::ok();
 }
 
-// Non-owning views of the block's weights, PyTorch's [out, in] layout.
-template <class T>
+// Non-owning views of the block's weights, PyTorch's [out, in] layout: the projections' matrices
+// and biases in W, the QK norm weights in the activations' type T.
+template <class T, class W = T>
 struct BlockWeights {
-  TensorView<const T, 2> q_proj;           // [q_proj_rows, hidden]
-  TensorView<const T, 2> maybe_gate_proj;  // [gate_width, hidden]; separate layout only
-  TensorView<const T, 2> k_proj;           // [num_kv_heads * head_dim, hidden]
-  TensorView<const T, 2> v_proj;           // [num_kv_heads * head_dim, hidden]
-  TensorView<const T, 2> o_proj;           // [hidden, num_q_heads * head_dim]
-  const T* maybe_q_bias = nullptr;         // [q_proj_rows]
-  const T* maybe_gate_bias = nullptr;      // [gate_width]
-  const T* maybe_k_bias = nullptr;         // [num_kv_heads * head_dim]
-  const T* maybe_v_bias = nullptr;         // [num_kv_heads * head_dim]
-  const T* maybe_o_bias = nullptr;         // [hidden]
+  TensorView<const W, 2> q_proj;           // [q_proj_rows, hidden]
+  TensorView<const W, 2> maybe_gate_proj;  // [gate_width, hidden]; separate layout only
+  TensorView<const W, 2> k_proj;           // [num_kv_heads * head_dim, hidden]
+  TensorView<const W, 2> v_proj;           // [num_kv_heads * head_dim, hidden]
+  TensorView<const W, 2> o_proj;           // [hidden, num_q_heads * head_dim]
+  const W* maybe_q_bias = nullptr;         // [q_proj_rows]
+  const W* maybe_gate_bias = nullptr;      // [gate_width]
+  const W* maybe_k_bias = nullptr;         // [num_kv_heads * head_dim]
+  const W* maybe_v_bias = nullptr;         // [num_kv_heads * head_dim]
+  const W* maybe_o_bias = nullptr;         // [hidden]
   const T* maybe_q_norm = nullptr;         // [head_dim]; required unless qk_norm is none
   const T* maybe_k_norm = nullptr;         // [head_dim]; required unless qk_norm is none
 };
 
-template <class T>
-Status validate(const BlockConfig& c, const BlockWeights<T>& w) {
+template <class T, class W>
+Status validate(const BlockConfig& c, const BlockWeights<T, W>& w) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(c));
   constexpr std::array<const char*, 2> dims = {"out features", "in features"};
   const std::int64_t h = c.hidden_size;
@@ -358,8 +359,8 @@ Status check_cache_writes(const KvCacheView<KvT>& cache, const NewTokens& tokens
 // Checks one forward call's views: x and y [b, len, hidden] (packed: [1, total, hidden] with
 // tokens.cu), positions like x's first two dims, and a cache with room for each sequence's new
 // tokens in its first b sequences.
-template <class T, class KvT>
-Status validate_forward(const BlockConfig& c, const BlockWeights<T>& w,
+template <class T, class KvT, class W>
+Status validate_forward(const BlockConfig& c, const BlockWeights<T, W>& w,
                         const TensorView<const T, 3>& x,
                         const TensorView<const std::int64_t, 2>& positions,
                         const KvCacheView<KvT>& cache, const TensorView<T, 3>& y,

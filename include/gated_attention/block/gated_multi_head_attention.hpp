@@ -18,7 +18,8 @@
 // barrier between phases; the workspace is sized with workspace_size(args, nth).
 //
 // Allocation: none, except inside the GEMM hook; Eigen's default GEMM allocates packing buffers
-// for large products (see ops/linear.hpp). The workspace size depends on the shapes and the cache
+// for large products (see ops/linear.hpp). bf16 weights (W) are widened for prefill into the
+// workspace. The workspace size depends on the shapes and the cache
 // capacity only, so one buffer sized for the largest call serves every smaller one.
 #pragma once
 
@@ -55,8 +56,9 @@ struct BlockForwardArgs {
   NewTokens tokens() const { return {{x.extents[0], x.extents[1]}, maybe_cu_seqlens}; }
 };
 
-// T: the activations and weights; KvT: the cache's elements (float, bf16, f16 or std::int8_t).
-template <class T, class KvT = T>
+// T: the activations; KvT: the cache's elements (float, bf16, f16 or std::int8_t); W: the
+// projections' weights (T, or bf16 with f32 activations: half the bytes each decode step reads).
+template <class T, class KvT = T, class W = T>
 class GatedMultiHeadAttention {
  public:
   // Phases of run_phase(), in order.
@@ -70,12 +72,12 @@ class GatedMultiHeadAttention {
     kNumPhases = 6,
   };
 
-  GatedMultiHeadAttention(const BlockConfig& config, const BlockWeights<T>& weights,
-                          const LinearHook<T>& gemm = {})
+  GatedMultiHeadAttention(const BlockConfig& config, const BlockWeights<T, W>& weights,
+                          const LinearHook<T, W>& gemm = {})
       : config_(config), weights_(weights), gemm_(gemm) {}
 
   const BlockConfig& config() const { return config_; }
-  const BlockWeights<T>& weights() const { return weights_; }
+  const BlockWeights<T, W>& weights() const { return weights_; }
 
   Status can_implement(const BlockForwardArgs<T, KvT>& args) const {
     GATED_ATTENTION_RETURN_IF_ERROR(validate_forward(config_, weights_, args.x, args.positions,
@@ -83,10 +85,11 @@ class GatedMultiHeadAttention {
     GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
     GATED_ATTENTION_RETURN_IF_ERROR(
         check_no_overlap("cache.k", args.cache.k, "cache.v", args.cache.v));
-    if (!std::is_same_v<T, float> && gemm_.fn == nullptr) {
+    if (gemm_.fn == nullptr && !(std::is_same_v<T, float> && linear_types_supported<T, W>())) {
       return Status::error(StatusCode::not_supported,
-                           "block: bf16/f16 activations: expected a LinearHook for the "
-                           "projections (the default, Eigen, multiplies float only)");
+                           "block: bf16/f16 activations or weights other than f32/bf16: expected a "
+                           "LinearHook for the projections (the default multiplies f32 "
+                           "activations by f32 or bf16 weights)");
     }
     return Status::ok();
   }
@@ -169,14 +172,16 @@ class GatedMultiHeadAttention {
     std::int32_t* page_marks = nullptr;  // paged: [workers, num_pages] (check_cache_writes)
     std::byte* sdpa = nullptr;           // SDPA scratch, sized for the cache's capacity
     std::size_t sdpa_bytes = 0;
+    float* widened = nullptr;  // bf16 weights widened: [workers, widened_floats]
+    std::size_t widened_floats = 0;
     bool complete = false;
   };
 
   // A projection out = in W^T + bias, run in panels of output features, over all rows at once or
   // per sequence when the rows of in or out cannot be addressed with a single row stride.
   struct Projection {
-    TensorView<const T, 2> weight;  // [out features, hidden]
-    const T* maybe_bias = nullptr;  // [out features]
+    TensorView<const W, 2> weight;  // [out features, hidden]
+    const W* maybe_bias = nullptr;  // [out features]
     TensorView<T, 3> out;           // [b, len, out features]
     std::int64_t panel = 0, panels = 0;
   };
@@ -243,6 +248,34 @@ class GatedMultiHeadAttention {
             args.tokens().packed()};
   }
 
+  // Whether products of `rows` rows widen bf16 weights into the workspace first (linear_widened):
+  // the default backend, many rows.
+  bool widens_weights(std::int64_t rows) const {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
+      return gemm_.fn == nullptr && rows >= kWidenedWeightMinRows;
+    } else {
+      return false;
+    }
+  }
+
+  // Output features per projection task, over `total_width` features of one phase.
+  static std::int64_t panel_width(std::int64_t total_width, int num_workers) {
+    return linear_panel_width(total_width, num_workers);
+  }
+
+  // Floats of widened weights one worker needs: its widest panel of either phase.
+  std::size_t widened_floats(int num_workers) const {
+    const BlockConfig& c = config_;
+    const std::int64_t project_width =
+        c.q_proj_rows() + (c.has_gate_proj() ? c.gate_width() : 0) + 2 * c.kv_width();
+    const std::int64_t widest = std::max({c.q_proj_rows(), c.kv_width(), c.gate_width()});
+    const std::int64_t project_panel = std::min(panel_width(project_width, num_workers), widest);
+    const std::int64_t output_panel =
+        std::min(panel_width(c.hidden_size, num_workers), c.hidden_size);
+    return std::max(widened_weight_floats(project_panel, c.hidden_size),
+                    widened_weight_floats(output_panel, c.q_width()));
+  }
+
   void carve(Workspace& ws, const BlockForwardArgs<T, KvT>& args, int num_workers,
              Buffers* out = nullptr) const {
     const BlockConfig& c = config_;
@@ -262,6 +295,10 @@ class GatedMultiHeadAttention {
     }
     b.sdpa_bytes = gated_attention::workspace_size(attention_shape(args), num_workers);
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
+    if (widens_weights(static_cast<std::int64_t>(rows))) {
+      b.widened_floats = widened_floats(num_workers);
+      b.widened = ws.allocate<float>(static_cast<std::size_t>(num_workers) * b.widened_floats);
+    }
     b.complete = !ws.is_counting() && !ws.exhausted();
     if (out != nullptr) *out = b;
   }
@@ -311,7 +348,7 @@ class GatedMultiHeadAttention {
     const BlockConfig& c = config_;
     Projection projs[4];
     int n = 0;
-    auto add = [&](const TensorView<const T, 2>& w, const T* bias, T* out, std::int64_t width) {
+    auto add = [&](const TensorView<const W, 2>& w, const W* bias, T* out, std::int64_t width) {
       projs[n].weight = w;
       projs[n].maybe_bias = bias;
       projs[n++].out = rows_of(args, out, width);
@@ -322,7 +359,7 @@ class GatedMultiHeadAttention {
     }
     add(weights_.k_proj, weights_.maybe_k_bias, buf.k_proj_out, c.kv_width());
     add(weights_.v_proj, weights_.maybe_v_bias, buf.v_proj_out, c.kv_width());
-    return run_projections(args.x, projs, n, workers);
+    return run_projections(args.x, projs, n, buf, workers);
   }
 
   // kOutput: y = attn W_o^T (+ bias).
@@ -332,16 +369,16 @@ class GatedMultiHeadAttention {
     o_proj.weight = weights_.o_proj;
     o_proj.maybe_bias = weights_.maybe_o_bias;
     o_proj.out = args.y;
-    return run_projections(rows_of(args, buf.attn, config_.q_width()), &o_proj, 1, workers);
+    return run_projections(rows_of(args, buf.attn, config_.q_width()), &o_proj, 1, buf, workers);
   }
 
   // Runs n projections of one input as one task list: panels of output features, all rows at once
   // (or per sequence when the rows do not collapse).
   Status run_projections(const TensorView<const T, 3>& input, Projection* projs, int n,
-                         const Workers& workers) const {
+                         const Buffers& buf, const Workers& workers) const {
     std::int64_t total_width = 0;
     for (int i = 0; i < n; ++i) total_width += projs[i].weight.extents[0];
-    const std::int64_t panel = linear_panel_width(total_width, workers.count());
+    const std::int64_t panel = panel_width(total_width, workers.count());
     std::int64_t panels = 0;
     for (int i = 0; i < n; ++i) {
       projs[i].panel = panel;
@@ -351,23 +388,26 @@ class GatedMultiHeadAttention {
     const bool one_group = rows_collapse(input) && rows_collapse(projs[0].out);
     Status first_error;
     std::atomic<bool> failed{false};
-    workers.for_tasks((one_group ? 1 : input.extents[0]) * panels, [&](std::int64_t task, int) {
+    workers.for_tasks((one_group ? 1 : input.extents[0]) * panels, [&](std::int64_t task, int w) {
       std::int64_t p = task % panels;
       int i = 0;
       while (p >= projs[i].panels) p -= projs[i++].panels;
-      const Status s = project(input, projs[i], task / panels, one_group, p);
+      WidenScratch scratch{buf.widened + static_cast<std::size_t>(w) * buf.widened_floats,
+                           buf.widened_floats};
+      const Status s = project(input, projs[i], task / panels, one_group, p, &scratch);
       if (!s.is_ok() && !failed.exchange(true)) first_error = s;
     });
     return first_error;
   }
 
-  // Panel `p` of a projection for row group `group` (all rows when one_group): out = in W^T + b.
+  // Panel `p` of a projection for row group `group` (all rows when one_group): out = in W^T + b;
+  // bf16 weights are widened into the worker's scratch where widens_weights(rows).
   Status project(const TensorView<const T, 3>& in, const Projection& proj, std::int64_t group,
-                 bool one_group, std::int64_t p) const {
+                 bool one_group, std::int64_t p, WidenScratch* scratch) const {
     const TensorView<T, 3>& out = proj.out;
     const std::int64_t len = in.extents[1];
     const std::int64_t rows = one_group ? in.extents[0] * len : len;
-    LinearArgs<T> whole;
+    LinearArgs<T, W> whole;
     whole.x = TensorView<const T, 2>(in.data + (one_group ? 0 : group * in.strides[0]),
                                      {rows, in.extents[2]}, {in.strides[1], 1});
     whole.weight = proj.weight;
@@ -375,8 +415,12 @@ class GatedMultiHeadAttention {
     whole.y = TensorView<T, 2>(out.data + (one_group ? 0 : group * out.strides[0]),
                                {rows, out.extents[2]}, {out.strides[1], 1});
     const std::int64_t width = proj.weight.extents[0], begin = p * proj.panel;
-    const auto fn = gemm_.fn != nullptr ? gemm_.fn : default_linear_fn<T>();
-    return fn(gemm_.context, linear_panel(whole, begin, std::min(proj.panel, width - begin)));
+    const LinearArgs<T, W> panel = linear_panel(whole, begin, std::min(proj.panel, width - begin));
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
+      if (scratch->data != nullptr && widens_weights(rows)) return linear_widened(scratch, panel);
+    }
+    const auto fn = gemm_.fn != nullptr ? gemm_.fn : default_linear_fn<T, W>();
+    return fn(gemm_.context, panel);
   }
 
   // Tokens per task of the prepare phase.
@@ -502,8 +546,8 @@ class GatedMultiHeadAttention {
   }
 
   BlockConfig config_;
-  BlockWeights<T> weights_;
-  LinearHook<T> gemm_;
+  BlockWeights<T, W> weights_;
+  LinearHook<T, W> gemm_;
 };
 
 }  // namespace gated_attention

@@ -5,10 +5,12 @@
 //
 // Backends: a null hook runs OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1 (the CMake
 // target does where it finds OpenBLAS; ops/linear_openblas.hpp), Eigen otherwise; bf16 weights run
-// the library's own kernel (linear_kernel). Every translation unit of a program must agree on the
-// macro. OpenBLAS picks its kernels at run time; Eigen is compiled with the includer's flags and
-// without -march uses SSE2 only, far slower (docs/performance-notes.md, "Projections: Eigen without
-// -march"). The attention kernels need no -march either way (they dispatch at run time).
+// the library's own kernel (linear_kernel), or with many rows are widened into a caller's scratch
+// first (linear_widened; the block does so from its workspace). Every translation unit of a program
+// must agree on the macro. OpenBLAS picks its kernels at run time; Eigen is compiled with the
+// includer's flags and without -march uses SSE2 only, far slower (docs/performance-notes.md,
+// "Projections: Eigen without -march"). The attention kernels need no -march either way (they
+// dispatch at run time).
 //
 // Allocation: Eigen's GEMM takes its packing buffers from the stack up to
 // EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap (malloc) above it, so large products
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -125,28 +128,80 @@ Status linear_openblas(void* context, const LinearArgs<T>& args);  // ops/linear
 #endif
 
 // The product a null hook runs: bf16 weights through the library's kernel; float/double through
-// OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1, Eigen otherwise.
+// OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1, Eigen otherwise; null for types
+// only an engine's hook multiplies.
 template <class T, class W = T>
 typename LinearHook<T, W>::Fn default_linear_fn() {
   if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
     return &linear_kernel<W>;
-  } else {
+  } else if constexpr (std::is_same_v<T, W> &&
+                       (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
 #if GATED_ATTENTION_OPENBLAS
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      return &linear_openblas<T>;
-    }
-#endif
+    return &linear_openblas<T>;
+#else
     return &linear_eigen<T>;
+#endif
+  } else {
+    return nullptr;
   }
 }
 
-// The backend `hook` runs: "openblas", "eigen", "kernel" (the library's own), or "engine" for an
-// engine's own function.
+// From this many rows on, a product with bf16 weights runs fastest with the weights widened to f32
+// first (linear_widened); below, the kernel's one pass over W wins. performance-notes
+// "bf16 weights in prefill: widened panels".
+inline constexpr std::int64_t kWidenedWeightMinRows = 80;
+
+// Scratch for linear_widened: `floats` f32 elements at `data`.
+struct WidenScratch {
+  float* data = nullptr;
+  std::size_t floats = 0;
+};
+
+// Floats of scratch linear_widened needs for weights [out, in] (and a bias of out).
+inline std::size_t widened_weight_floats(std::int64_t out, std::int64_t in) {
+  return static_cast<std::size_t>(out) * static_cast<std::size_t>(in + 1);
+}
+
+// y = x W^T + bias for bf16 weights, widened to f32 into the scratch (a WidenScratch* context of
+// widened_weight_floats) and multiplied by the f32 default backend: OpenBLAS's or Eigen's GEMM
+// speed for many rows, at the cost of one pass writing the widened panel.
+inline Status linear_widened(void* context, const LinearArgs<float, bf16>& args) {
+  const auto* scratch = static_cast<const WidenScratch*>(context);
+  const std::int64_t out = args.weight.extents[0], in = args.weight.extents[1];
+  const std::size_t needed = widened_weight_floats(out, in);
+  if (scratch == nullptr || scratch->floats < needed) {
+    return Status::error(StatusCode::workspace_too_small,
+                         "linear: widened weights: expected scratch of >= %zu floats, got %zu",
+                         needed, scratch == nullptr ? std::size_t{0} : scratch->floats);
+  }
+  float* wide = scratch->data;
+  for (std::int64_t o = 0; o < out; ++o) {
+    const bf16* row = args.weight.data + o * args.weight.strides[0];
+    for (std::int64_t i = 0; i < in; ++i) wide[o * in + i] = to_float(row[i]);
+  }
+  LinearArgs<float> widened;
+  widened.x = args.x;
+  widened.weight = TensorView<const float, 2>::contiguous(wide, {out, in});
+  widened.y = args.y;
+  if (args.maybe_bias != nullptr) {
+    float* bias = wide + out * in;
+    for (std::int64_t o = 0; o < out; ++o) bias[o] = to_float(args.maybe_bias[o]);
+    widened.maybe_bias = bias;
+  }
+  return default_linear_fn<float>()(nullptr, widened);
+}
+
+// The backend `hook` runs: "openblas", "eigen", "kernel" (the library's own), "widened" (bf16
+// weights widened, then the f32 default), "engine" for an engine's own function, or "none".
 template <class T, class W = T>
 const char* linear_backend(const LinearHook<T, W>& hook = {}) {
   const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T, W>();
+  if (fn == nullptr) return "none";
   if constexpr (std::is_same_v<T, float>) {
     if (fn == &linear_kernel<W>) return "kernel";
+  }
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
+    if (fn == &linear_widened) return "widened";
   }
   if constexpr (std::is_same_v<T, W>) {
 #if GATED_ATTENTION_OPENBLAS

@@ -1,6 +1,7 @@
 // Reference forward of the gated attention block (prefill, chunked prefill and decode through a KV
-// cache), composed of the reference ops and computed in double. The cache holds T, as a real
-// engine's would; everything else stays in double.
+// cache), composed of the reference ops and computed in double. The cache holds its own element
+// type, as a real engine's would; the weights (any W) are read exactly; everything else stays in
+// double.
 #pragma once
 
 #include <cstdint>
@@ -145,8 +146,8 @@ Status attend(const BlockConfig& c, const TensorView<double, 5>& q,
 // x [b, len, hidden] and positions [b, len]: `len` new tokens for each of the b sequences, appended
 // to cache sequence s = 0..b-1 after its cached tokens (len = 1 is a decode step). Writes
 // y [b, len, hidden] and advances cache.lengths[0..b).
-template <class T, class KvT>
-Status block_forward(const BlockConfig& c, const BlockWeights<T>& w,
+template <class T, class KvT, class W>
+Status block_forward(const BlockConfig& c, const BlockWeights<T, W>& w,
                      const TensorView<const T, 3>& x,
                      const TensorView<const std::int64_t, 2>& positions,
                      const KvCacheView<KvT>& cache, const TensorView<T, 3>& y) {
