@@ -14,7 +14,9 @@
 // -march=native it is what a consumer without -march gains over the best Eigen build.
 // block/elementwise/f32-bf16w/<shape>/threads:<n>: f32 activations and cache, the projection
 // weights in bf16 (the same weights rounded); weight_speedup/elementwise/bf16w/<shape>/threads:<n>:
-// counter speedup, the f32-weight block's time over the bf16-weight block's, paired.
+// counter speedup, the f32-weight block's time over the bf16-weight block's, paired. The
+// -storage variants (prefill shapes) take projection_precision storage: x rounded to bf16 in the
+// prefill products, on AMX tiles where the host has them.
 #include <benchmark/benchmark.h>
 #include <gated_attention/gated_attention.hpp>
 
@@ -191,8 +193,10 @@ struct BlockCase {
     path_args.dot_precision = args.dot_precision;
     std::string backend = ga::linear_backend(gemm);
     if (std::is_same_v<W, ga::bf16> && gemm.fn == nullptr &&
-        s.batch * s.q_len >= ga::kWidenedWeightMinRows) {
-      backend = std::string("widened+") + ga::linear_backend<float>();  // the block's prefill path
+        s.batch * s.q_len >= ga::kWidenedWeightMinRows) {  // the block's prefill route
+      const bool tiles = args.projection_precision == ga::DotPrecision::storage &&
+                         ga::linear_tiles_run(c.hidden_size) && ga::linear_tiles_run(c.q_width());
+      backend = tiles ? std::string("amx") : std::string("widened+") + ga::linear_backend<float>();
     }
     return std::string(ga::sdpa_path(path_args)) + " proj=" + backend;
   }
@@ -200,8 +204,10 @@ struct BlockCase {
 
 template <class KvT, class W = float>
 void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads,
-               ga::DotPrecision precision) {
+               ga::DotPrecision precision,
+               ga::DotPrecision projection_precision = ga::DotPrecision::exact) {
   BlockCase<KvT> bc(s, gate, threads, precision);
+  bc.args.projection_precision = projection_precision;
   const auto& weights = [&]() -> const ga::BlockWeights<float, W>& {
     if constexpr (std::is_same_v<W, float>) {
       return bc.w;
@@ -239,8 +245,10 @@ void run_backend_pair(benchmark::State& state, AttentionShape s, Gate gate, int 
 
 // weight_speedup/...: counter speedup, the median over back-to-back pairs of (the block with f32
 // weights / the block with the same weights in bf16).
-void run_weight_pair(benchmark::State& state, AttentionShape s, Gate gate, int threads) {
+void run_weight_pair(benchmark::State& state, AttentionShape s, Gate gate, int threads,
+                     ga::DotPrecision projection_precision) {
   BlockCase<float> bc(s, gate, threads, ga::DotPrecision::exact);
+  bc.args.projection_precision = projection_precision;
   const ga::GatedMultiHeadAttention<float> f32_weights(bc.c, bc.w);
   const ga::GatedMultiHeadAttention<float, float, ga::bf16> bf16_weights(bc.c, bc.w16);
   if (!bc.prepare(state, f32_weights) || !bc.prepare(state, bf16_weights)) return;
@@ -296,7 +304,17 @@ int register_block() {
                                    ga::DotPrecision::exact)
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("weight_speedup/elementwise/bf16w/" + suffix).c_str(),
-                                   run_weight_pair, s, Gate::elementwise, threads)
+                                   run_weight_pair, s, Gate::elementwise, threads,
+                                   ga::DotPrecision::exact)
+          ->Unit(benchmark::kMillisecond);
+      if (s.decode) continue;  // storage changes only the products of many rows
+      benchmark::RegisterBenchmark(("block/elementwise/f32-bf16w-storage/" + suffix).c_str(),
+                                   run_block<float, ga::bf16>, s, Gate::elementwise, threads,
+                                   ga::DotPrecision::exact, ga::DotPrecision::storage)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("weight_speedup/elementwise/bf16w-storage/" + suffix).c_str(),
+                                   run_weight_pair, s, Gate::elementwise, threads,
+                                   ga::DotPrecision::storage)
           ->Unit(benchmark::kMillisecond);
     }
   }

@@ -6,7 +6,8 @@
 // Checks: with a GEMM hook that allocates nothing, and with OpenBLAS where the build has it (its
 // buffers are mmap'ed, not malloc'ed), forward allocates nothing (prefill, chunked prefill and
 // batched decode; 1 and 2 workers); the same with bf16 weights (the kernel, and in prefill the
-// weights widened in the workspace for OpenBLAS). Reports: what Eigen's GEMM allocates.
+// weights widened in the workspace for OpenBLAS, or under storage precision AMX tiles where the
+// host has them). Reports: what Eigen's GEMM allocates.
 #include <gated_attention/gated_attention.hpp>
 
 #include <atomic>
@@ -151,7 +152,7 @@ struct Layer {
   // Appends len tokens to sequences [0, batch); counts the allocations of forward() alone.
   template <class W>
   Counted forward(const ga::GatedMultiHeadAttention<float, float, W>& block, std::int64_t batch,
-                  std::int64_t len, const ga::Executor& executor) {
+                  std::int64_t len, const ga::Executor& executor, ga::DotPrecision precision) {
     const std::int64_t hid = c.hidden_size;
     const std::vector<float> x(static_cast<std::size_t>(batch * len * hid), 0.5f);
     std::vector<float> y(x.size());
@@ -167,6 +168,7 @@ struct Layer {
     args.cache = {ga::TensorView<float, 4>::contiguous(k_cache.data(), extents),
                   ga::TensorView<float, 4>::contiguous(v_cache.data(), extents), lengths.data()};
     args.y = ga::TensorView<float, 3>::contiguous(y.data(), {batch, len, hid});
+    args.projection_precision = precision;
     std::vector<std::byte> ws(block.workspace_size(args, executor));
 
     g_allocations = 0;
@@ -191,10 +193,11 @@ constexpr Step kSteps[] = {
 // where the backend must not.
 template <class W>
 int run_steps(Layer& layer, const ga::GatedMultiHeadAttention<float, float, W>& block,
-              const char* backend, bool must_not_allocate, const ga::Executor& executor) {
+              const char* backend, bool must_not_allocate, const ga::Executor& executor,
+              ga::DotPrecision precision = ga::DotPrecision::exact) {
   int failures = 0;
   for (const Step& step : kSteps) {
-    const Counted n = layer.forward(block, step.batch, step.len, executor);
+    const Counted n = layer.forward(block, step.batch, step.len, executor, precision);
     std::printf("%-22s %-20s %d worker(s): %ld allocations, %ld bytes\n", backend, step.name,
                 executor.num_workers, n.allocations, n.bytes);
     if (!n.ok || (must_not_allocate && n.allocations != 0)) ++failures;
@@ -234,6 +237,13 @@ int main() {
     const bool widened_must_not_allocate = false;
 #endif
     failures += run_steps(layer, block, "bf16 weights", widened_must_not_allocate, pool.executor());
+    // Under storage precision, prefill on AMX tiles where the host has them (from the workspace).
+    const bool tiles_must_not_allocate = widened_must_not_allocate || ga::linear_tiles_run(256);
+    Layer fresh(/*seqs=*/3, /*capacity=*/600);
+    const ga::GatedMultiHeadAttention<float, float, ga::bf16> tiled(fresh.c,
+                                                                    fresh.weights<ga::bf16>());
+    failures += run_steps(fresh, tiled, "bf16 weights, storage", tiles_must_not_allocate,
+                          pool.executor(), ga::DotPrecision::storage);
   }
   std::printf("%s\n",
               failures == 0 ? "ok: forward allocates nothing outside Eigen's products" : "FAILED");

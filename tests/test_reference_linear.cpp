@@ -146,9 +146,10 @@ namespace {
 // backends' own choices (OpenBLAS: the kernel up to 16 rows, GEMM above; the kernel's tiles of 4
 // and blocks of 64 rows; empty products), dense and padded rows, 1 and 2 workers. y is filled with
 // NaN first (every element must be written) and its padding checked untouched. Bound per element:
-// (in + 2) 2^-24 (sum_i |x_i w_i| + |b|).
+// (in + 2) 2^-24 (sum_i |x_i w_i| + |b|). Where rounds_x(in), the sums take x rounded to bf16.
 template <class W>
-void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t seed) {
+void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t seed,
+                          bool (*rounds_x)(std::int64_t in) = nullptr) {
   std::mt19937_64 rng = make_rng(seed);
   std::normal_distribution<float> normal;
   ga::ThreadPool pool(2);
@@ -166,6 +167,7 @@ void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t se
             for (float& e : x) e = normal(rng);
             for (W& e : w) e = ga::from_float<W>(normal(rng));
             for (W& e : b) e = ga::from_float<W>(normal(rng));
+            const bool rounded = rounds_x != nullptr && rounds_x(in);
             ga::LinearArgs<float, W> args;
             args.x = ga::TensorView<const float, 2>(x.data(), {rows, in}, {in + pad, 1});
             args.weight = ga::TensorView<const W, 2>(w.data(), {out, in}, {in + pad, 1});
@@ -183,8 +185,9 @@ void check_linear_backend(const ga::LinearHook<float, W>& hook, std::uint64_t se
                   double sum = bias ? ga::to_float(b[static_cast<std::size_t>(o)]) : 0.0;
                   double magnitude = std::fabs(sum);
                   for (std::int64_t i = 0; i < in; ++i) {
-                    const double term =
-                        static_cast<double>(args.x(r, i)) * ga::to_float(args.weight(o, i));
+                    const float x_ri =
+                        rounded ? ga::to_float(ga::bf16(args.x(r, i))) : args.x(r, i);
+                    const double term = static_cast<double>(x_ri) * ga::to_float(args.weight(o, i));
                     sum += term;
                     magnitude += std::fabs(term);
                   }
@@ -265,6 +268,64 @@ TEST_CASE("linear: bf16 weights widened into scratch, then the f32 default backe
   ga::WidenScratch scratch{floats.data(), floats.size()};
   REQUIRE(ga::linear_widened(&scratch, args).is_ok());
   CHECK(y == std::vector<float>(rows * out, 3.5f));  // 5 * 0.5 + 1
+}
+
+namespace {
+
+// linear_tiles with scratch of its own per call.
+ga::Status tiles_with_own_scratch(void*, const ga::LinearArgs<float, ga::bf16>& args) {
+  std::vector<float> floats(ga::tile_weight_floats(args.weight.extents[0], args.weight.extents[1]));
+  ga::WidenScratch scratch{floats.data(), floats.size()};
+  return ga::linear_tiles(&scratch, args);
+}
+
+}  // namespace
+
+TEST_CASE("linear: bf16 weights on AMX tiles, x rounded to bf16, or widened where tiles do not run",
+          "[linear][amx]") {
+  for (const ga::Isa isa : ga::testing::available_isas()) {
+    INFO("path " << ga::to_string(isa) << ", AMX tiles " << ga::linear_tiles_run(64));
+    ga::set_isa_limit(isa);
+    check_linear_backend<ga::bf16>({&tiles_with_own_scratch, nullptr}, 38, &ga::linear_tiles_run);
+  }
+  ga::clear_isa_limit();
+  CHECK(std::string(ga::linear_backend<float, ga::bf16>({&ga::linear_tiles, nullptr})) == "amx");
+
+  // A product of many rows and panels (several blocks of x, a last panel of 16 + 3 rows).
+  std::mt19937_64 rng = make_rng(39);
+  std::normal_distribution<float> normal;
+  const std::int64_t rows = 300, in = 96, out = 275;
+  std::vector<float> x(rows * in), y(rows * out);
+  std::vector<ga::bf16> w(out * in), b(out);
+  for (float& e : x) e = normal(rng);
+  for (ga::bf16& e : w) e = ga::bf16(normal(rng));
+  for (ga::bf16& e : b) e = ga::bf16(normal(rng));
+  ga::LinearArgs<float, ga::bf16> args;
+  args.x = ga::TensorView<const float, 2>::contiguous(x.data(), {rows, in});
+  args.weight = ga::TensorView<const ga::bf16, 2>::contiguous(w.data(), {out, in});
+  args.maybe_bias = b.data();
+  args.y = ga::TensorView<float, 2>::contiguous(y.data(), {rows, out});
+  REQUIRE(tiles_with_own_scratch(nullptr, args).is_ok());
+  const bool rounded = ga::linear_tiles_run(in);
+  double worst = 0.0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t o = 0; o < out; ++o) {
+      double sum = ga::to_float(b[o]), magnitude = std::fabs(sum);
+      for (std::int64_t i = 0; i < in; ++i) {
+        const float x_ri = rounded ? ga::to_float(ga::bf16(x[r * in + i])) : x[r * in + i];
+        const double term = static_cast<double>(x_ri) * ga::to_float(w[o * in + i]);
+        sum += term;
+        magnitude += std::fabs(term);
+      }
+      worst = std::max(worst, std::fabs(y[r * out + o] - sum) - (in + 2) * 0x1p-24 * magnitude);
+    }
+  }
+  CHECK(worst <= 0.0);
+
+  // Scratch too small: refused, naming what it needs.
+  std::vector<float> floats(ga::tile_weight_floats(out, in) - 1);
+  ga::WidenScratch short_scratch{floats.data(), floats.size()};
+  CHECK(ga::linear_tiles(&short_scratch, args).code() == ga::StatusCode::workspace_too_small);
 }
 
 TEST_CASE("linear: no default backend for types only an engine multiplies", "[linear]") {

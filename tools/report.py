@@ -91,7 +91,8 @@ VARLEN_MIN_TIME = 3.0  # the varlen pairs run at least this long (the mixed pair
 PROJECTION = re.compile(r"^projection_backend_speedup/(none|headwise|elementwise)/f32/(\w+)/"
                         r"threads:(\d+)$")
 # The block with f32 weights / with the same weights in bf16, paired.
-WEIGHTS = re.compile(r"^weight_speedup/(none|headwise|elementwise)/bf16w/(\w+)/threads:(\d+)$")
+WEIGHTS = re.compile(r"^weight_speedup/(none|headwise|elementwise)/(bf16w[\w-]*)/(\w+)/"
+                     r"threads:(\d+)$")
 # The block rows run from the binary built without -march (--portable-bench).
 PORTABLE_BLOCK = re.compile(r"^block/elementwise/f32/(\w+)/threads:(\d+)$")
 
@@ -171,12 +172,14 @@ def classify(names):
             cases[n] = Case(n, "paged", m.group(2), m.group(1), threads, shape,
                             2.0 * estimate_seconds(shape, threads, False), int(m.group(3)))
             continue
-        m = PROJECTION.match(n) or WEIGHTS.match(n)
-        if m and m.group(2) in by_name:
-            shape, threads = by_name[m.group(2)], int(m.group(3))
+        m = PROJECTION.match(n)
+        w = WEIGHTS.match(n)
+        case, threads = (m.group(2), m.group(3)) if m else (w.group(3), w.group(4)) if w else ("", 0)
+        if case in by_name:
+            shape, threads = by_name[case], int(threads)
             # Each iteration is a pair: the block with each backend, or each weight type.
-            cases[n] = Case(n, "projection" if PROJECTION.match(n) else "weights", m.group(2),
-                            m.group(1), threads, shape, 2.0 * estimate_seconds(shape, threads, True))
+            cases[n] = Case(n, "projection" if m else "weights", case, (m or w).group(1), threads,
+                            shape, 2.0 * estimate_seconds(shape, threads, True))
             continue
         m = VARLEN.match(n)
         if m:
@@ -618,15 +621,15 @@ def weight_rows(data):
     bf16-weight block's label (the projections' route)."""
     values = medians(data["benchmarks"])
     named = [s.name for s in bench_shapes.load()[0]]
-    keys = sorted(((m.group(2), int(m.group(3))) for m in map(WEIGHTS.match, values) if m),
-                  key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[1]))
+    keys = sorted(((m.group(3), m.group(2), int(m.group(4)), name)
+                   for name, m in ((n, WEIGHTS.match(n)) for n in values) if m),
+                  key=lambda k: (named.index(k[0]) if k[0] in named else 99, k[1], k[2]))
     rows = []
-    for case, threads in keys:
-        name = f"weight_speedup/elementwise/bf16w/{case}/threads:{threads}"
+    for case, dtype, threads, name in keys:
         speedup = values[name].get("speedup")
-        rows.append(("weights", [case, str(threads), f"{speedup:.3f}" if speedup else "-",
+        rows.append(("weights", [case, dtype, str(threads), f"{speedup:.3f}" if speedup else "-",
                                  values[name].get("label", "")]))
-    return ["case", "thr", "f32w/bf16w", "path"], rows
+    return ["case", "weights", "thr", "f32w/bf16w", "path"], rows
 
 
 def varlen_rows(data):

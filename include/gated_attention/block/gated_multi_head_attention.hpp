@@ -49,6 +49,9 @@ struct BlockForwardArgs {
   TensorView<T, 3> y;                                // [b, len, hidden]; may be x itself
   AttentionStats stats;                              // optional, [b, len, kv_heads, group]
   DotPrecision dot_precision = DotPrecision::exact;  // how the attention reads a 16/8-bit cache
+  // bf16 weights: storage rounds x to bf16 in prefill products (AMX tiles where the host has
+  // them: ops/linear.hpp, linear_tiles); exact widens the weights instead.
+  DotPrecision projection_precision = DotPrecision::exact;
   // Packed tokens: x, positions, y and stats hold every sequence's new tokens one after another
   // ([1, total, ...]); sequence s's are rows [cu_seqlens(s), cu_seqlens(s + 1)).
   TensorView<const std::int32_t, 1> maybe_cu_seqlens = {};  // [b + 1], from 0 to total
@@ -263,8 +266,9 @@ class GatedMultiHeadAttention {
     return linear_panel_width(total_width, num_workers);
   }
 
-  // Floats of widened weights one worker needs: its widest panel of either phase.
-  std::size_t widened_floats(int num_workers) const {
+  // Floats of widened weights (or AMX tile operands, under storage) one worker needs: its widest
+  // panel of either phase.
+  std::size_t widened_floats(int num_workers, DotPrecision precision) const {
     const BlockConfig& c = config_;
     const std::int64_t project_width =
         c.q_proj_rows() + (c.has_gate_proj() ? c.gate_width() : 0) + 2 * c.kv_width();
@@ -272,8 +276,9 @@ class GatedMultiHeadAttention {
     const std::int64_t project_panel = std::min(panel_width(project_width, num_workers), widest);
     const std::int64_t output_panel =
         std::min(panel_width(c.hidden_size, num_workers), c.hidden_size);
-    return std::max(widened_weight_floats(project_panel, c.hidden_size),
-                    widened_weight_floats(output_panel, c.q_width()));
+    const auto floats =
+        precision == DotPrecision::storage ? &tile_weight_floats : &widened_weight_floats;
+    return std::max(floats(project_panel, c.hidden_size), floats(output_panel, c.q_width()));
   }
 
   void carve(Workspace& ws, const BlockForwardArgs<T, KvT>& args, int num_workers,
@@ -296,7 +301,7 @@ class GatedMultiHeadAttention {
     b.sdpa_bytes = gated_attention::workspace_size(attention_shape(args), num_workers);
     b.sdpa = ws.allocate<std::byte>(b.sdpa_bytes);
     if (widens_weights(static_cast<std::int64_t>(rows))) {
-      b.widened_floats = widened_floats(num_workers);
+      b.widened_floats = widened_floats(num_workers, args.projection_precision);
       b.widened = ws.allocate<float>(static_cast<std::size_t>(num_workers) * b.widened_floats);
     }
     b.complete = !ws.is_counting() && !ws.exhausted();
@@ -359,7 +364,7 @@ class GatedMultiHeadAttention {
     }
     add(weights_.k_proj, weights_.maybe_k_bias, buf.k_proj_out, c.kv_width());
     add(weights_.v_proj, weights_.maybe_v_bias, buf.v_proj_out, c.kv_width());
-    return run_projections(args.x, projs, n, buf, workers);
+    return run_projections(args.x, projs, n, buf, args.projection_precision, workers);
   }
 
   // kOutput: y = attn W_o^T (+ bias).
@@ -369,13 +374,14 @@ class GatedMultiHeadAttention {
     o_proj.weight = weights_.o_proj;
     o_proj.maybe_bias = weights_.maybe_o_bias;
     o_proj.out = args.y;
-    return run_projections(rows_of(args, buf.attn, config_.q_width()), &o_proj, 1, buf, workers);
+    return run_projections(rows_of(args, buf.attn, config_.q_width()), &o_proj, 1, buf,
+                           args.projection_precision, workers);
   }
 
   // Runs n projections of one input as one task list: panels of output features, all rows at once
   // (or per sequence when the rows do not collapse).
   Status run_projections(const TensorView<const T, 3>& input, Projection* projs, int n,
-                         const Buffers& buf, const Workers& workers) const {
+                         const Buffers& buf, DotPrecision precision, const Workers& workers) const {
     std::int64_t total_width = 0;
     for (int i = 0; i < n; ++i) total_width += projs[i].weight.extents[0];
     const std::int64_t panel = panel_width(total_width, workers.count());
@@ -394,16 +400,18 @@ class GatedMultiHeadAttention {
       while (p >= projs[i].panels) p -= projs[i++].panels;
       WidenScratch scratch{buf.widened + static_cast<std::size_t>(w) * buf.widened_floats,
                            buf.widened_floats};
-      const Status s = project(input, projs[i], task / panels, one_group, p, &scratch);
+      const Status s = project(input, projs[i], task / panels, one_group, p, &scratch, precision);
       if (!s.is_ok() && !failed.exchange(true)) first_error = s;
     });
     return first_error;
   }
 
   // Panel `p` of a projection for row group `group` (all rows when one_group): out = in W^T + b;
-  // bf16 weights are widened into the worker's scratch where widens_weights(rows).
+  // bf16 weights are widened into the worker's scratch where widens_weights(rows), or (storage
+  // precision) multiplied on AMX tiles with x rounded to bf16.
   Status project(const TensorView<const T, 3>& in, const Projection& proj, std::int64_t group,
-                 bool one_group, std::int64_t p, WidenScratch* scratch) const {
+                 bool one_group, std::int64_t p, WidenScratch* scratch,
+                 DotPrecision precision) const {
     const TensorView<T, 3>& out = proj.out;
     const std::int64_t len = in.extents[1];
     const std::int64_t rows = one_group ? in.extents[0] * len : len;
@@ -417,7 +425,10 @@ class GatedMultiHeadAttention {
     const std::int64_t width = proj.weight.extents[0], begin = p * proj.panel;
     const LinearArgs<T, W> panel = linear_panel(whole, begin, std::min(proj.panel, width - begin));
     if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
-      if (scratch->data != nullptr && widens_weights(rows)) return linear_widened(scratch, panel);
+      if (scratch->data != nullptr && widens_weights(rows)) {
+        return precision == DotPrecision::storage ? linear_tiles(scratch, panel)
+                                                  : linear_widened(scratch, panel);
+      }
     }
     const auto fn = gemm_.fn != nullptr ? gemm_.fn : default_linear_fn<T, W>();
     return fn(gemm_.context, panel);

@@ -28,7 +28,9 @@
 
 #include "gated_attention/core/executor.hpp"
 #include "gated_attention/core/status.hpp"
+#include "gated_attention/dispatch/amx.hpp"
 #include "gated_attention/dispatch/cpu.hpp"
+#include "gated_attention/kernels/amx_linear.hpp"
 #include "gated_attention/kernels/isa_kernels.hpp"
 #include "gated_attention/ops/linear_args.hpp"
 
@@ -191,8 +193,51 @@ inline Status linear_widened(void* context, const LinearArgs<float, bf16>& args)
   return default_linear_fn<float>()(nullptr, widened);
 }
 
+// Whether linear_tiles multiplies weights of `in` features on AMX tiles here: the avx512 path
+// active, AMX tiles ready and on (amx_tiles()), in a multiple of 32.
+inline bool linear_tiles_run(std::int64_t in) {
+#if GATED_ATTENTION_X86
+  return in % 32 == 0 && active_isa() == Isa::avx512 && amx_tiles();
+#else
+  (void)in;
+  return false;
+#endif
+}
+
+// Floats of scratch linear_tiles needs for weights [out, in] (enough for linear_widened too).
+inline std::size_t tile_weight_floats(std::int64_t out, std::int64_t in) {
+#if GATED_ATTENTION_X86
+  return std::max(kernels::amx::linear_tile_floats(out, in), widened_weight_floats(out, in));
+#else
+  return widened_weight_floats(out, in);
+#endif
+}
+
+// y = round_bf16(x) W^T + bias for bf16 weights on AMX tiles: x rounded to bf16 (nearest even;
+// relative error up to 2^-9 per element), products exact, f32 sums. context: a WidenScratch* of
+// tile_weight_floats. Where the tiles do not run (linear_tiles_run), as linear_widened.
+inline Status linear_tiles(void* context, const LinearArgs<float, bf16>& args) {
+  const std::int64_t out = args.weight.extents[0], in = args.weight.extents[1];
+  const auto* scratch = static_cast<const WidenScratch*>(context);
+  const std::size_t needed = tile_weight_floats(out, in);
+  if (scratch == nullptr || scratch->floats < needed) {
+    return Status::error(StatusCode::workspace_too_small,
+                         "linear: AMX tiles: expected scratch of >= %zu floats, got %zu", needed,
+                         scratch == nullptr ? std::size_t{0} : scratch->floats);
+  }
+  if (!linear_tiles_run(in)) return linear_widened(context, args);
+#if GATED_ATTENTION_X86
+  const auto bits = [](const bf16* p) { return reinterpret_cast<const std::uint16_t*>(p); };
+  kernels::amx::linear_tiles(args.x.data, args.x.strides[0], args.x.extents[0],
+                             bits(args.weight.data), args.weight.strides[0], out, in,
+                             bits(args.maybe_bias), args.y.data, args.y.strides[0], scratch->data);
+#endif
+  return Status::ok();
+}
+
 // The backend `hook` runs: "openblas", "eigen", "kernel" (the library's own), "widened" (bf16
-// weights widened, then the f32 default), "engine" for an engine's own function, or "none".
+// weights widened, then the f32 default), "amx" (bf16 weights, x rounded, on AMX tiles), "engine"
+// for an engine's own function, or "none".
 template <class T, class W = T>
 const char* linear_backend(const LinearHook<T, W>& hook = {}) {
   const auto fn = hook.fn != nullptr ? hook.fn : default_linear_fn<T, W>();
@@ -202,6 +247,7 @@ const char* linear_backend(const LinearHook<T, W>& hook = {}) {
   }
   if constexpr (std::is_same_v<T, float> && std::is_same_v<W, bf16>) {
     if (fn == &linear_widened) return "widened";
+    if (fn == &linear_tiles) return "amx";
   }
   if constexpr (std::is_same_v<T, W>) {
 #if GATED_ATTENTION_OPENBLAS
