@@ -204,8 +204,7 @@ struct BlockCase {
 
 template <class KvT, class W = float>
 void run_block(benchmark::State& state, AttentionShape s, Gate gate, int threads,
-               ga::DotPrecision precision,
-               ga::DotPrecision projection_precision = ga::DotPrecision::exact) {
+               ga::DotPrecision precision, ga::DotPrecision projection_precision) {
   BlockCase<KvT> bc(s, gate, threads, precision);
   bc.args.projection_precision = projection_precision;
   const auto& weights = [&]() -> const ga::BlockWeights<float, W>& {
@@ -268,7 +267,7 @@ void register_typed_cache(const char* t, ga::DotPrecision precision) {
       const std::string name = std::string("block/elementwise/") + dtype + "/" + s.name +
                                "/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), run_block<KvT>, s, Gate::elementwise, threads,
-                                   precision)
+                                   precision, ga::DotPrecision::exact)
           ->Unit(benchmark::kMillisecond);
     }
   }
@@ -281,7 +280,7 @@ int register_block() {
         const std::string name = std::string("block/") + ga::bench::gate_name(gate) + "/f32/" +
                                  s.name + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(name.c_str(), run_block<float>, s, gate, threads,
-                                     ga::DotPrecision::exact)
+                                     ga::DotPrecision::exact, ga::DotPrecision::exact)
             ->Unit(benchmark::kMillisecond);
       }
     }
@@ -301,7 +300,7 @@ int register_block() {
       const std::string suffix = std::string(s.name) + "/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(("block/elementwise/f32-bf16w/" + suffix).c_str(),
                                    run_block<float, ga::bf16>, s, Gate::elementwise, threads,
-                                   ga::DotPrecision::exact)
+                                   ga::DotPrecision::exact, ga::DotPrecision::exact)
           ->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("weight_speedup/elementwise/bf16w/" + suffix).c_str(),
                                    run_weight_pair, s, Gate::elementwise, threads,
