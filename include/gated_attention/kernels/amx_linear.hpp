@@ -2,7 +2,8 @@
 // f32 sums: the weights packed once per call into pair panels (the B operand), x rounded per
 // block of rows (the A operand, row-major bf16), key_query_tiles multiplying each block of rows
 // by each panel into an f32 block that is copied out with the bias. Called only where
-// amx_bf16_ready(); configures the tiles and releases them on the calling thread.
+// amx_bf16_ready(); configures the tiles and releases them on the calling thread. Block sizes and
+// the gathered packing: docs/performance-notes.md, "bf16 weights on AMX tiles".
 #pragma once
 
 #include <algorithm>

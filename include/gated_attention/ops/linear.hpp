@@ -6,11 +6,12 @@
 // Backends: a null hook runs OpenBLAS where the build defines GATED_ATTENTION_OPENBLAS=1 (the CMake
 // target does where it finds OpenBLAS; ops/linear_openblas.hpp), Eigen otherwise; bf16 weights run
 // the library's own kernel (linear_kernel), or with many rows are widened into a caller's scratch
-// first (linear_widened; the block does so from its workspace). Every translation unit of a program
-// must agree on the macro. OpenBLAS picks its kernels at run time; Eigen is compiled with the
-// includer's flags and without -march uses SSE2 only, far slower (docs/performance-notes.md,
-// "Projections: Eigen without -march"). The attention kernels need no -march either way (they
-// dispatch at run time).
+// first (linear_widened; the block does so from its workspace), or multiplied on AMX tiles with x
+// rounded to bf16 (linear_tiles; the block's prefill under DotPrecision::storage). Every
+// translation unit of a program must agree on the macro. OpenBLAS picks its kernels at run time;
+// Eigen is compiled with the includer's flags and without -march uses SSE2 only, far slower
+// (docs/performance-notes.md, "Projections: Eigen without -march"). The attention kernels need no
+// -march either way (they dispatch at run time).
 //
 // Allocation: Eigen's GEMM takes its packing buffers from the stack up to
 // EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and from the heap (malloc) above it, so large products
