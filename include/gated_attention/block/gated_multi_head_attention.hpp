@@ -18,9 +18,9 @@
 // barrier between phases; the workspace is sized with workspace_size(args, nth).
 //
 // Allocation: none, except inside the GEMM hook; Eigen's default GEMM allocates packing buffers
-// for large products (see ops/linear.hpp). bf16 weights (W) are widened for prefill into the
-// workspace. The workspace size depends on the shapes and the cache
-// capacity only, so one buffer sized for the largest call serves every smaller one.
+// for large products (see ops/linear.hpp). Prefill with bf16 weights widens them (or packs them for
+// AMX tiles) in the workspace. The workspace size depends on the shapes and the cache capacity
+// only, so one buffer sized for the largest call serves every smaller one.
 #pragma once
 
 #include <algorithm>
