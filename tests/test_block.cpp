@@ -1,7 +1,7 @@
 // GatedMultiHeadAttention against reference::block_forward: every layout, gate mode, QK norm and
 // bias option; prefill, chunked prefill and batched decode through the KV cache; every ISA path;
 // 1 and 3 threads; the ith/nth entry from std::threads; strided and in-place x/y; the GEMM hook;
-// validation and the workspace.
+// bf16 weights (the kernel, widened panels, AMX tiles); validation and the workspace.
 //
 // Tolerance: the block runs in f32 (projections through Eigen, attention through the kernels),
 // the reference in double on the same f32 weights. Each output element must satisfy
