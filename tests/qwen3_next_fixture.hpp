@@ -9,10 +9,8 @@
 #include <gated_attention/ops/rope_args.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -54,33 +52,6 @@ struct Qwen3NextFixture {
 
 namespace detail {
 
-inline Status fixture_metadata(const io::SafetensorsFile& f, const char* key, double* out) {
-  const std::string* text = f.find_metadata(key);
-  if (text == nullptr) {
-    return Status::error(StatusCode::invalid_argument, "fixture: __metadata__ lacks '%s'", key);
-  }
-  char* end = nullptr;
-  errno = 0;
-  *out = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || errno != 0 || !std::isfinite(*out)) {
-    return Status::error(StatusCode::invalid_argument,
-                         "fixture: __metadata__ '%s': expected a number, got '%.40s'", key,
-                         text->c_str());
-  }
-  return Status::ok();
-}
-
-inline Status fixture_metadata(const io::SafetensorsFile& f, const char* key, std::int64_t* out) {
-  double value = 0.0;
-  GATED_ATTENTION_RETURN_IF_ERROR(fixture_metadata(f, key, &value));
-  if (value != std::floor(value) || std::fabs(value) > 1e15) {
-    return Status::error(StatusCode::invalid_argument,
-                         "fixture: __metadata__ '%s': expected an integer, got %g", key, value);
-  }
-  *out = static_cast<std::int64_t>(value);
-  return Status::ok();
-}
-
 inline Status fixture_step(const io::SafetensorsFile& f, const std::string& prefix,
                            std::int64_t hidden, Qwen3NextFixtureStep* step) {
   GATED_ATTENTION_RETURN_IF_ERROR(f.view(prefix + ".hidden_states", &step->hidden_states));
@@ -114,17 +85,15 @@ inline Status load_qwen3_next_fixture(const std::string& path, Qwen3NextFixture*
   c = BlockConfig();
   double partial_rotary_factor = 0.0, rms_norm_eps = 0.0;
   std::int64_t decode_steps = 0;
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::fixture_metadata(f, "hidden_size", &c.hidden_size));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_integer("hidden_size", &c.hidden_size));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_integer("num_attention_heads", &c.num_q_heads));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_integer("num_key_value_heads", &c.num_kv_heads));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_integer("head_dim", &c.head_dim));
   GATED_ATTENTION_RETURN_IF_ERROR(
-      detail::fixture_metadata(f, "num_attention_heads", &c.num_q_heads));
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      detail::fixture_metadata(f, "num_key_value_heads", &c.num_kv_heads));
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::fixture_metadata(f, "head_dim", &c.head_dim));
-  GATED_ATTENTION_RETURN_IF_ERROR(
-      detail::fixture_metadata(f, "partial_rotary_factor", &partial_rotary_factor));
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::fixture_metadata(f, "rope_theta", &c.rope_theta));
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::fixture_metadata(f, "rms_norm_eps", &rms_norm_eps));
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::fixture_metadata(f, "decode_steps", &decode_steps));
+      f.metadata_number("partial_rotary_factor", &partial_rotary_factor));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_number("rope_theta", &c.rope_theta));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_number("rms_norm_eps", &rms_norm_eps));
+  GATED_ATTENTION_RETURN_IF_ERROR(f.metadata_integer("decode_steps", &decode_steps));
   c.gate_mode = GateMode::elementwise;
   c.gate_activation = GateActivation::sigmoid;
   c.q_gate_layout = QGateLayout::qwen3_next;

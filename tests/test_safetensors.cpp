@@ -331,3 +331,36 @@ TEST_CASE("safetensors: corrupted files parse consistently or fail with a Status
   CHECK(parsed > 0);
   CHECK(failed > 0);
 }
+
+TEST_CASE("safetensors: metadata read as numbers and integers, bad values refused by name",
+          "[safetensors]") {
+  const std::map<std::string, std::string> metadata = {
+      {"eps", "1e-06"}, {"layers", "4"}, {"theta", "10000.0"}, {"word", "four"},
+      {"inf", "inf"},   {"half", "2.5"}, {"trailing", "3x"},   {"empty", ""}};
+  std::vector<unsigned char> bytes;
+  REQUIRE(io::encode_safetensors({}, metadata, &bytes).is_ok());
+  io::SafetensorsFile f;
+  REQUIRE(f.parse(bytes).is_ok());
+
+  double number = 0.0;
+  REQUIRE(f.metadata_number("eps", &number).is_ok());
+  CHECK(number == 1e-6);
+  REQUIRE(f.metadata_number("theta", &number).is_ok());
+  CHECK(number == 10000.0);
+  std::int64_t integer = 0;
+  REQUIRE(f.metadata_integer("layers", &integer).is_ok());
+  CHECK(integer == 4);
+  REQUIRE(f.metadata_integer("theta", &integer).is_ok());
+  CHECK(integer == 10000);
+
+  for (const char* key : {"word", "inf", "trailing", "empty"}) {
+    const ga::Status s = f.metadata_number(key, &number);
+    INFO(key << ": " << s.message());
+    CHECK(s.code() == ga::StatusCode::invalid_argument);
+    CHECK(std::string(s.message()).find(key) != std::string::npos);
+  }
+  const ga::Status absent = f.metadata_number("absent", &number);
+  CHECK(std::string(absent.message()).find("lacks 'absent'") != std::string::npos);
+  const ga::Status fraction = f.metadata_integer("half", &integer);
+  CHECK(std::string(fraction.message()).find("expected an integer, got 2.5") != std::string::npos);
+}

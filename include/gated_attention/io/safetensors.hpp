@@ -15,7 +15,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -208,6 +211,37 @@ class SafetensorsFile {
   const std::string* find_metadata(const std::string& key) const {
     const auto it = metadata_.find(key);
     return it == metadata_.end() ? nullptr : &it->second;
+  }
+
+  // The metadata value at `key` read as a finite number: fails if it is absent or is not one.
+  Status metadata_number(const std::string& key, double* out) const {
+    const std::string* text = find_metadata(key);
+    if (text == nullptr) {
+      return Status::error(StatusCode::invalid_argument, "safetensors: __metadata__ lacks '%.60s'",
+                           key.c_str());
+    }
+    char* end = nullptr;
+    errno = 0;
+    *out = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || errno != 0 || !std::isfinite(*out)) {
+      return Status::error(StatusCode::invalid_argument,
+                           "safetensors: __metadata__ '%.60s': expected a number, got '%.40s'",
+                           key.c_str(), text->c_str());
+    }
+    return Status::ok();
+  }
+
+  // As metadata_number, for an integer (at most 1e15 in magnitude).
+  Status metadata_integer(const std::string& key, std::int64_t* out) const {
+    double value = 0.0;
+    GATED_ATTENTION_RETURN_IF_ERROR(metadata_number(key, &value));
+    if (value != std::floor(value) || std::fabs(value) > 1e15) {
+      return Status::error(StatusCode::invalid_argument,
+                           "safetensors: __metadata__ '%.60s': expected an integer, got %g",
+                           key.c_str(), value);
+    }
+    *out = static_cast<std::int64_t>(value);
+    return Status::ok();
   }
 
   // The bytes of a tensor of this file.
