@@ -17,7 +17,7 @@ namespace {
 
 // PyTorch ran the same weights in f32 with the attention in f64; the library accumulates in f32
 // in another order, so the logits differ by f32 rounding carried through four layers: a few
-// 2^-24 relative per operation. The bound, 2^-13 of the largest |logit|, leaves about 100x.
+// 2^-24 relative per operation, compounded over the layers. The bound: 2^-13 of the largest |logit|.
 constexpr double kLogitTolerance = 1.0 / 8192;
 // Probabilities and mean gate scores: absolute, the same f32 rounding.
 constexpr double kShareTolerance = 1e-4;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws docs/attention_sinks.png from the JSON that examples/attention_sink_report writes:
-the first-token attention share per layer for each model, the distribution of the gated model's
-gate scores (per token and head, the mean over the head's dims, as the kernels report it), and the
-training and validation loss curves.
+the first-token attention share per layer for each model, the largest hidden state entering each
+layer, the distribution of the gated model's gate scores (per token and head, the mean over the
+head's dims, as the kernels report it), and the training and validation loss curves.
 
     build/dev/examples/attention_sink_report --json /tmp/sinks.json
     /usr/bin/python3 tools/plot_attention_sinks.py /tmp/sinks.json    # Debian's python3-matplotlib
@@ -39,7 +39,7 @@ def main():
     with open(args.json) as f:
         report = json.load(f)
     models = report["models"]
-    fig, (share, gates, loss) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, (share, hidden, gates, loss) = plt.subplots(1, 4, figsize=(19, 4.2))
 
     layers = range(len(models[0]["layers"]))
     width = 0.8 / len(models)
@@ -54,6 +54,15 @@ def main():
     share.set_ylabel("attention on the first token (%)")
     share.set_title("First-token share (held-out text)")
     share.legend()
+
+    for m in models:
+        hidden.plot(list(layers), [l["max_abs_hidden"] for l in m["layers"]], marker="o",
+                    label=f"{m['gate']} gate", color=COLOURS.get(m["gate"]))
+    hidden.set_xticks(list(layers))
+    hidden.set_xlabel("layer")
+    hidden.set_ylabel("max |hidden state| entering the layer")
+    hidden.set_title("Largest activation (held-out text)")
+    hidden.legend()
 
     for m in models:
         if m["gate"] == "none":

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Trains two small byte-level language models that differ only in the attention output gate
 (`none` and `elementwise` sigmoid, Qwen3-Next layout; optionally `headwise`) and writes them, with
-validation text, their logits and their attention statistics, to tests/data/byte_lm_<gate>.safetensors.
-examples/attention_sink_report.cpp and tests/test_byte_lm.cpp read them (issue 34).
+validation text, their logits and their attention statistics, to
+tests/data/byte_lm_<gate>.safetensors. examples/attention_sink_report.cpp and tests/test_byte_lm.cpp
+read them.
 
 Not needed by the build, the tests or CI (they only read the committed files). To retrain:
 
     apt-get install bible-kjv                      # Debian's King James Bible (the text)
     python3 -m venv /work/venv && /work/venv/bin/pip install torch safetensors numpy
-    /work/venv/bin/python tools/train_sink_pair.py   # both models, about 25 min each on 2 cores
+    # the committed pair: one process per model, one thread each, both at once on 2 cores (25-28
+    # min); the defaults are that run's (8 layers, 512-token windows, 2500 steps of 4 windows)
+    /work/venv/bin/python tools/train_sink_pair.py --threads 1 --gates none &
+    /work/venv/bin/python tools/train_sink_pair.py --threads 1 --gates elementwise
 
 The model (examples/byte_lm.hpp runs the same forward with the library):
   tokens: bytes 0..255 and BOS = 256; every training window starts with BOS
