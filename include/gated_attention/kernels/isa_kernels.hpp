@@ -66,10 +66,11 @@
 
 // The f32 entry points of one path, and the linear kernel of f32 activations with f32 and bf16
 // weights.
-#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                       \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, float, float)                       \
-  prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);   \
-  prefix template void kernels::isa::linear_rows<float>(const LinearArgs<float, float>&); \
+#define GATED_ATTENTION_F32_KERNELS_OF(prefix, isa)                                         \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, float, float)                         \
+  prefix template void kernels::isa::output_gate_task<float>(void*, std::int64_t, int);     \
+  prefix template void kernels::isa::merge_attention_task<float>(void*, std::int64_t, int); \
+  prefix template void kernels::isa::linear_rows<float>(const LinearArgs<float, float>&);   \
   prefix template void kernels::isa::linear_rows<bf16>(const LinearArgs<float, bf16>&);
 
 // Every path's, at namespace gated_attention scope.
@@ -109,13 +110,15 @@
 // in its kernels library, under GATED_ATTENTION_EXTERN_TYPED_KERNELS; of one path. In groups by K
 // type, which share most of their code, so that a build can compile each group in a unit of its
 // own (GATED_ATTENTION_INSTANTIATE_GROUP in instantiate_kernels.hpp): 0 f16 K (and the output gate
-// of bf16 and f16 activations), 1 bf16 K, 2 and 3 int8 K. Groups 1 to 3 are those the storage dot
-// reads, the only ones the avx512_bf16 path compiles.
-#define GATED_ATTENTION_TYPED_KERNELS_0(prefix, isa)                                   \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                        \
-  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, f16, f16, f16)                          \
-  prefix template void kernels::isa::output_gate_task<bf16>(void*, std::int64_t, int); \
-  prefix template void kernels::isa::output_gate_task<f16>(void*, std::int64_t, int);
+// and the merge of bf16 and f16 activations), 1 bf16 K, 2 and 3 int8 K. Groups 1 to 3 are those the
+// storage dot reads, the only ones the avx512_bf16 path compiles.
+#define GATED_ATTENTION_TYPED_KERNELS_0(prefix, isa)                                       \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, f16, f16)                            \
+  GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, f16, f16, f16)                              \
+  prefix template void kernels::isa::output_gate_task<bf16>(void*, std::int64_t, int);     \
+  prefix template void kernels::isa::output_gate_task<f16>(void*, std::int64_t, int);      \
+  prefix template void kernels::isa::merge_attention_task<bf16>(void*, std::int64_t, int); \
+  prefix template void kernels::isa::merge_attention_task<f16>(void*, std::int64_t, int);
 #define GATED_ATTENTION_TYPED_KERNELS_1(prefix, isa)              \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, float, bf16, bf16) \
   GATED_ATTENTION_SDPA_KERNELS_OF(prefix, isa, bf16, bf16, bf16)  \

@@ -34,6 +34,7 @@ static_assert(satisfies_simd_contract<Simd, Tuning>());
 #include "gated_attention/kernels/generic/sdpa_task.inl"
 #include "gated_attention/kernels/generic/sdpa_merge.inl"
 #include "gated_attention/kernels/generic/output_gate.inl"
+#include "gated_attention/kernels/generic/merge_attention.inl"
 #include "gated_attention/kernels/generic/linear_rows.inl"
 // clang-format on
 #undef GATED_ATTENTION_IN_KERNEL_REGION

@@ -13,6 +13,7 @@
 #include "gated_attention/dispatch/cpu.hpp"
 #include "gated_attention/kernels/denormals.hpp"
 #include "gated_attention/kernels/linear_plan.hpp"
+#include "gated_attention/kernels/merge_attention_plan.hpp"
 #include "gated_attention/kernels/output_gate_plan.hpp"
 #include "gated_attention/kernels/prefetch.hpp"
 #include "gated_attention/kernels/sdpa_plan.hpp"

@@ -20,9 +20,14 @@ struct Epilogue {
   };
   static Normalisation normalise(const SdpaArgs<T, KT, VT>& a, std::int64_t head, float max,
                                  float sum) {
+    return normalise(a.maybe_sink_logits, a.softmax_plus_one, head, max, sum);
+  }
+  // sink_logits: [heads] or null; plus_one: a zero sink logit for every head.
+  static Normalisation normalise(const float* sink_logits, bool plus_one, std::int64_t head,
+                                 float max, float sum) {
     float scale = 1.0f;
-    if (a.maybe_sink_logits != nullptr || a.softmax_plus_one) {
-      const float sink = (a.maybe_sink_logits ? a.maybe_sink_logits[head] : 0.0f) * kLog2e;
+    if (sink_logits != nullptr || plus_one) {
+      const float sink = (sink_logits ? sink_logits[head] : 0.0f) * kLog2e;
       if (sink != -std::numeric_limits<float>::infinity()) {
         const float new_max = std::max(max, sink);
         scale = std::exp2(max - new_max);
@@ -118,27 +123,37 @@ struct Epilogue {
     const std::int64_t kv = rows.kv_head, j = rows.head(r);
     const Normalisation norm = normalise(a, kv * a.q.extents[3] + j, max, sum);
     if (a.maybe_lse.data != nullptr) a.maybe_lse(at.index, at.row, kv, j) = norm.lse();
-    T* out = &a.out(at.index, at.row, kv, j, 0);
     const bool gated = a.gate.enabled();
-    const RowGate gate(a.gate, gated ? &a.gate.values(at.index, at.row, kv, j, 0) : nullptr);
     const bool stats = a.stats.enabled();
     RowStatistics row_stats;
-    const V inv = S::set1(norm.inv), one = S::set1(1.0f);
     // A compile-time dv unrolls the loop, so that a row's vectors overlap their activations.
     dv = head_dim<kDv>(dv);
+    store_row(&a.out(at.index, at.row, kv, j, 0), a.gate,
+              gated ? &a.gate.values(at.index, at.row, kv, j, 0) : nullptr, o, norm.inv, dv,
+              stats ? &row_stats : nullptr);
+    if (stats) row_stats.store(a.stats, at, kv, j, gated, sink_mass * norm.inv, dv);
+  }
+
+  // Stores combine(o * inv, act(gate)) to out [dv] (o * inv without a gate: gate_row null) and
+  // adds the row to stats where not null; o holds dv floats padded to whole vectors.
+  GATED_ATTENTION_ALWAYS_INLINE static void store_row(T* out, const GateSpec<T>& spec,
+                                                      const T* gate_row, const float* o,
+                                                      float inv_sum, std::int64_t dv,
+                                                      RowStatistics* stats) {
+    const RowGate gate(spec, gate_row);
+    const V inv = S::set1(inv_sum), one = S::set1(1.0f);
     GATED_ATTENTION_UNROLL_PARTLY
     for (std::int64_t c = 0; c < dv; c += L) {
       const int n = dv - c < L ? static_cast<int>(dv - c) : L;
       const V x = S::mul(S::load(o + c), inv);
       V y = x, act = one;
-      if (gated) {
+      if (gate_row != nullptr) {
         act = gate.activated(c, n);
-        y = combine_lanes(x, act, a.gate.combine);
+        y = combine_lanes(x, act, spec.combine);
       }
-      if (stats) row_stats.add(x, y, act, n);
+      if (stats != nullptr) stats->add(x, y, act, n);
       store_row_part(out + c, y, n);
     }
-    if (stats) row_stats.store(a.stats, at, kv, j, gated, sink_mass * norm.inv, dv);
   }
 
   // Rows ahead of the one being finalised whose gate (read) and output (written) lines are
