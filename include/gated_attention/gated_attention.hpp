@@ -4,6 +4,7 @@
 
 #include "gated_attention/block/config.hpp"
 #include "gated_attention/block/gated_multi_head_attention.hpp"
+#include "gated_attention/block/head_shard.hpp"
 #include "gated_attention/core/config.hpp"
 #include "gated_attention/core/dtypes.hpp"
 #include "gated_attention/core/executor.hpp"
