@@ -8,7 +8,8 @@
 # As root it runs apt-get; otherwise it prints the command to run and exits with status 1.
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev libopenblas-dev catch2 nlohmann-json3-dev libbenchmark-dev)
+packages=(cmake make g++ libeigen3-dev libopenblas-dev catch2 nlohmann-json3-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
   case "$arg" in
     --ci) packages+=(clang g++-aarch64-linux-gnu qemu-user) ;;
@@ -20,7 +21,7 @@ done
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "install_deps: not a Debian/Ubuntu system. Install these (or your distribution's" >&2
   echo "equivalents: Eigen 3.4, OpenBLAS (optional), Catch2 2.13, nlohmann-json 3.10," >&2
-  echo "Google Benchmark 1.7, CMake >= 3.16):" >&2
+  echo "Google Benchmark 1.7, CMake >= 3.16, an MPI for the tests of the dev preset):" >&2
   echo "  ${packages[*]}" >&2
   exit 1
 fi
