@@ -1,0 +1,269 @@
+// Both standard splits of a Qwen3-Next-shaped attention layer over MPI ranks:
+//   tensor parallel: each rank runs the block on a range of KV heads (shard_heads); the partial
+//     o_proj outputs are summed with MPI_Allreduce. Ranks beyond the KV heads hold none.
+//   context parallel: each rank holds a token range of the KV cache; each computes attention of
+//     the same decode query over its keys with its log-sum-exp, the parts are exchanged with
+//     MPI_Allgather and merged (merge_attention), sinks and the gate applied once.
+// Prints, per split, the agreement with the single-process result and, per decode step, the time
+// of compute (the slowest rank's) and of the exchange alone (after a barrier), and the bytes each
+// rank sends.
+//
+//   mpirun -np 2 distributed_attention [--context N] [--steps N]
+// The C API only: Open MPI's deprecated C++ bindings do not compile warning-free.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <gated_attention/gated_attention.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace ga = gated_attention;
+
+namespace {
+
+int rank_of() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+double now() {
+  return MPI_Wtime();
+}
+
+// f32 sums in another order (the shards' o_proj, the merge's weights): a few 2^-24 relative per
+// operation, far below this bound on max |diff| / max |result|.
+constexpr double kAgreement = 1e-4;
+
+std::vector<float> random_values(std::mt19937& rng, std::int64_t n, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The largest |a - b| relative to max |b|.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// Times are the slowest rank's (the step waits for it).
+double slowest(double seconds) {
+  double out = 0.0;
+  MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+void fail(const ga::Status& s) {
+  std::fprintf(stderr, "rank %d: %s\n", rank_of(), s.message());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// One sequence's block step of `len` tokens at `start`: y [len, hidden].
+struct Layer {
+  ga::BlockConfig config;
+  ga::BlockWeights<float> weights;
+  std::vector<float> k, v;  // [1, capacity, kv_heads, head_dim]
+  std::int64_t length = 0, capacity;
+
+  Layer(const ga::BlockConfig& c, const ga::BlockWeights<float>& w, std::int64_t cap)
+      : config(c),
+        weights(w),
+        k(static_cast<std::size_t>(cap * c.kv_width())),
+        v(k.size()),
+        capacity(cap) {}
+
+  std::vector<float> step(const float* x, std::int64_t len) {
+    const std::int64_t hid = config.hidden_size;
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(len));
+    for (std::int64_t t = 0; t < len; ++t) positions[t] = length + t;
+    std::vector<float> y(static_cast<std::size_t>(len * hid));
+    const std::array<std::int64_t, 4> e = {1, capacity, config.num_kv_heads, config.head_dim};
+    ga::BlockForwardArgs<float> a;
+    a.x = ga::TensorView<const float, 3>::contiguous(x, {1, len, hid});
+    a.positions = ga::TensorView<const std::int64_t, 2>::contiguous(positions.data(), {1, len});
+    a.cache = {ga::TensorView<float, 4>::contiguous(k.data(), e),
+               ga::TensorView<float, 4>::contiguous(v.data(), e), &length};
+    a.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, len, hid});
+    const ga::GatedMultiHeadAttention<float> block(config, weights);
+    std::vector<std::byte> ws(block.workspace_size(a, 1));
+    const ga::Status s = block.forward(a, ga::Workspace(ws.data(), ws.size()));
+    if (!s) fail(s);
+    return y;
+  }
+};
+
+// Returns whether the ranks' sum agrees with the whole block.
+bool tensor_parallel(const ga::BlockConfig& c, std::int64_t prompt, std::int64_t steps) {
+  std::mt19937 rng(11);  // the same weights and tokens on every rank
+  const std::int64_t hid = c.hidden_size;
+  const float s = 1.0f / std::sqrt(static_cast<float>(hid));
+  const std::vector<float> wq = random_values(rng, c.q_proj_rows() * hid, s),
+                           wk = random_values(rng, c.kv_width() * hid, s),
+                           wv = random_values(rng, c.kv_width() * hid, s),
+                           wo = random_values(rng, hid * c.q_width(), s),
+                           norms = random_values(rng, c.head_dim, 0.1f),
+                           x = random_values(rng, (prompt + steps) * hid, 1.0f);
+  ga::BlockWeights<float> w;
+  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
+  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
+  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
+  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
+  w.maybe_q_norm = w.maybe_k_norm = norms.data();
+  const int r = rank_of(), n = std::min<int>(size_of(), static_cast<int>(c.num_kv_heads));
+  const bool holds = r < n;  // ranks past the KV heads add zeros
+  ga::BlockConfig sc = c;
+  ga::BlockWeights<float> sw = w;
+  if (holds) {
+    const std::int64_t begin = c.num_kv_heads * r / n, end = c.num_kv_heads * (r + 1) / n;
+    const ga::Status st = ga::shard_heads(c, w, {begin, end - begin}, &sc, &sw);
+    if (!st) fail(st);
+  }
+  Layer whole(c, w, prompt + steps), shard(sc, sw, prompt + steps);
+  double worst = 0.0, compute = 0.0, exchange = 0.0;
+  for (std::int64_t t = 0; t <= steps; ++t) {
+    const std::int64_t len = t == 0 ? prompt : 1, at = t == 0 ? 0 : prompt + t - 1;
+    const std::vector<float> expected = whole.step(x.data() + at * hid, len);
+    const double t0 = now();
+    std::vector<float> y(static_cast<std::size_t>(len * hid), 0.0f);
+    if (holds) y = shard.step(x.data() + at * hid, len);
+    const double t1 = now();
+    MPI_Barrier(MPI_COMM_WORLD);  // the exchange timed alone, not the wait for the slowest rank
+    const double t1b = now();
+    MPI_Allreduce(MPI_IN_PLACE, y.data(), static_cast<int>(y.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    const double t2 = now();
+    worst = std::max(worst, relative_difference(y, expected));
+    if (t > 0) compute += slowest(t1 - t0), exchange += slowest(t2 - t1b);
+  }
+  worst = slowest(worst);
+  if (r == 0) {
+    std::printf("tensor parallel: %d of %d ranks hold KV heads; max |diff| / max |y| %.2e\n", n,
+                size_of(), worst);
+    std::printf("  decode step: compute %.3f ms, all-reduce %.3f ms, %lld bytes per rank\n",
+                1e3 * compute / double(steps), 1e3 * exchange / double(steps),
+                static_cast<long long>(hid * 4));
+  }
+  return worst <= kAgreement;
+}
+
+// Decode attention of one query over `context` cached tokens split in token ranges over the ranks.
+bool context_parallel(std::int64_t context, std::int64_t steps) {
+  const std::int64_t kv = 2, g = 8, d = 256;  // Qwen3-Next's full-attention heads
+  std::mt19937 rng(12);
+  const std::vector<float> k = random_values(rng, context * kv * d, 1.0f),
+                           v = random_values(rng, context * kv * d, 1.0f),
+                           q = random_values(rng, kv * g * d, 1.0f),
+                           gate = random_values(rng, kv * g * d, 1.0f);
+  const int r = rank_of(), n = size_of();
+  const std::int64_t lo = context * r / n, hi = context * (r + 1) / n;
+  const std::array<std::int64_t, 5> out_e = {1, 1, kv, g, d};
+  const std::array<std::int64_t, 4> rows_e = {1, 1, kv, g};
+  const std::size_t out_n = static_cast<std::size_t>(kv * g * d), rows_n = kv * g;
+  // Over keys [begin, end); finish: with the gate (the unsplit call), else a part.
+  const auto attend = [&](std::int64_t begin, std::int64_t end, bool finish, float* out,
+                          float* lse) {
+    ga::SdpaArgs<float> a;
+    a.q = ga::TensorView<const float, 5>::contiguous(q.data(), out_e);
+    a.k = ga::TensorView<const float, 4>::contiguous(k.data() + begin * kv * d,
+                                                     {1, end - begin, kv, d});
+    a.v = ga::TensorView<const float, 4>::contiguous(v.data() + begin * kv * d,
+                                                     {1, end - begin, kv, d});
+    a.out = ga::TensorView<float, 5>::contiguous(out, out_e);
+    a.maybe_lse = ga::TensorView<float, 4>::contiguous(lse, rows_e);
+    if (finish) a.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
+    std::vector<std::byte> ws(ga::workspace_size(a, 1));
+    const ga::Status s = ga::run(a, ga::Workspace(ws.data(), ws.size()));
+    if (!s) fail(s);
+  };
+  std::vector<float> expected(out_n), expected_lse(rows_n), out(out_n), lse(rows_n);
+  std::vector<float> outs(out_n * n), lses(rows_n * n);
+  attend(0, context, true, expected.data(), expected_lse.data());
+  double compute = 0.0, exchange = 0.0, worst = 0.0;
+  for (std::int64_t t = 0; t <= steps; ++t) {  // step 0 warms up
+    const double t0 = now();
+    attend(lo, hi, false, out.data(), lse.data());
+    const double t1 = now();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t1b = now();
+    MPI_Allgather(out.data(), int(out_n), MPI_FLOAT, outs.data(), int(out_n), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    MPI_Allgather(lse.data(), int(rows_n), MPI_FLOAT, lses.data(), int(rows_n), MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    const double t2 = now();
+    std::vector<ga::AttentionPart<float>> parts;
+    for (int p = 0; p < n; ++p) {
+      parts.push_back(
+          {ga::TensorView<const float, 5>::contiguous(outs.data() + p * out_n, out_e),
+           ga::TensorView<const float, 4>::contiguous(lses.data() + p * rows_n, rows_e)});
+    }
+    ga::MergeAttentionArgs<float> m;
+    m.parts = parts.data();
+    m.num_parts = n;
+    m.out = ga::TensorView<float, 5>::contiguous(out.data(), out_e);
+    m.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
+    const ga::Status s = ga::run(m, ga::Workspace(nullptr, 0));
+    if (!s) fail(s);
+    const double t3 = now();
+    worst = std::max(worst, relative_difference(out, expected));
+    if (t > 0) compute += slowest((t1 - t0) + (t3 - t2)), exchange += slowest(t2 - t1b);
+  }
+  worst = slowest(worst);
+  if (r == 0) {
+    std::printf("context parallel: %lld tokens over %d ranks; max |diff| / max |out| %.2e\n",
+                static_cast<long long>(context), n, worst);
+    std::printf(
+        "  decode step: compute %.3f ms, all-gather %.3f ms, %zu bytes per rank "
+        "(K/V read per rank: %lld bytes)\n",
+        1e3 * compute / double(steps), 1e3 * exchange / double(steps),
+        (out_n + rows_n) * sizeof(float), static_cast<long long>((hi - lo) * kv * d * 2 * 4));
+  }
+  return worst <= kAgreement;
+}
+
+std::int64_t arg_value(int argc, char** argv, const char* name, std::int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const std::int64_t context = arg_value(argc, argv, "--context", 32768);
+  const std::int64_t steps = std::max<std::int64_t>(1, arg_value(argc, argv, "--steps", 8));
+  // Qwen3-Next's full-attention layer: hidden 2048, 16 query heads over 2 KV heads of 256, the
+  // elementwise gate packed per head in q_proj, zero-centred QK norm, RoPE on a quarter.
+  ga::BlockConfig c;
+  c.hidden_size = 2048;
+  c.num_q_heads = 16;
+  c.num_kv_heads = 2;
+  c.head_dim = 256;
+  c.rotary_dim = ga::rotary_dim_for(c.head_dim, 0.25);
+  if (rank_of() == 0) {
+    std::printf("%d ranks, path %s\n", size_of(), ga::sdpa_path());
+  }
+  const bool agree = tensor_parallel(c, /*prompt=*/64, steps) & context_parallel(context, steps);
+  if (rank_of() == 0) std::printf("%s\n", agree ? "agree" : "DISAGREE");
+  MPI_Finalize();
+  return agree ? 0 : 1;
+}
