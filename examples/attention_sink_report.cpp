@@ -86,8 +86,7 @@ ga::Status summarise(byte_lm::ByteLm& model, std::int64_t max_rows, const ga::Ex
   byte_lm::ByteLmStatistics stats;
   double nll = 0;
   for (std::int64_t r = 0; r < n; ++r) {
-    std::vector<std::int32_t> tokens = {byte_lm::kBos};
-    for (std::int64_t t = 0; t + 1 < len; ++t) tokens.push_back(rows.data[r * (len - 1) + t]);
+    const std::vector<std::int32_t> tokens = byte_lm::sequence_of(rows, r);
     GATED_ATTENTION_RETURN_IF_ERROR(model.forward(tokens, logits.data(), &stats, executor));
     accumulate(stats, out);
     nll += next_byte_nll(logits, tokens);

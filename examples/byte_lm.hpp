@@ -107,6 +107,15 @@ inline ga::Status read_config(const ga::io::SafetensorsFile& f, ByteLmConfig* ou
 
 }  // namespace detail
 
+// Row r of the held-out text stored with a model (validation.tokens [rows, len - 1]) as the
+// sequence the model runs: BOS, then the row's bytes.
+inline std::vector<std::int32_t> sequence_of(const ga::TensorView<const std::uint8_t, 2>& rows,
+                                             std::int64_t r) {
+  std::vector<std::int32_t> tokens = {kBos};
+  for (std::int64_t t = 0; t < rows.extents[1]; ++t) tokens.push_back(rows(r, t));
+  return tokens;
+}
+
 // Holds the file it reads; views point into it, so a model is neither copied nor moved.
 class ByteLm {
  public:

@@ -17,7 +17,8 @@ namespace {
 
 // PyTorch ran the same weights in f32 with the attention in f64; the library accumulates in f32
 // in another order, so the logits differ by f32 rounding carried through four layers: a few
-// 2^-24 relative per operation, compounded over the layers. The bound: 2^-13 of the largest |logit|.
+// 2^-24 relative per operation, compounded over the layers. The bound: 2^-13 of the largest
+// |logit|.
 constexpr double kLogitTolerance = 1.0 / 8192;
 // Probabilities and mean gate scores: absolute, the same f32 rounding.
 constexpr double kShareTolerance = 1e-4;
@@ -35,9 +36,7 @@ std::vector<std::string> model_paths() {
 std::vector<std::int32_t> validation_row(const byte_lm::ByteLm& model, std::int64_t r) {
   ga::TensorView<const std::uint8_t, 2> rows;
   REQUIRE(model.file().view("validation.tokens", &rows).is_ok());
-  std::vector<std::int32_t> tokens = {byte_lm::kBos};
-  for (std::int64_t t = 0; t < rows.extents[1]; ++t) tokens.push_back(rows(r, t));
-  return tokens;
+  return byte_lm::sequence_of(rows, r);
 }
 
 void load(const std::string& path, byte_lm::ByteLm* model) {
