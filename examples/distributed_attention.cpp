@@ -1,9 +1,10 @@
 // Both standard splits of a Qwen3-Next-shaped attention layer over MPI ranks:
 //   tensor parallel: each rank runs the block on a range of KV heads (shard_heads); the partial
 //     o_proj outputs are summed with MPI_Allreduce. Ranks beyond the KV heads hold none.
-//   context parallel: each rank holds a token range of the KV cache; each computes attention of
-//     the same decode query over its keys with its log-sum-exp, the parts are exchanged with
-//     MPI_Allgather and merged (merge_attention), sinks and the gate applied once.
+//   context parallel: each rank holds a token range of the KV cache and runs the block's decode
+//     step on it (ContextParallel): attention of the same query over its keys with its
+//     log-sum-exp, the parts exchanged with one MPI_Allgather and merged with the gate applied
+//     once, then o_proj; each step's token is appended by the next rank in turn.
 // Prints, per split, the agreement with the single-process result and, per decode step, the time
 // of compute (the slowest rank's) and of the exchange alone (after a barrier), and the bytes each
 // rank sends.
@@ -76,7 +77,7 @@ void fail(const ga::Status& s) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-// One sequence's block step of `len` tokens at `start`: y [len, hidden].
+// One sequence's layer and its cache (or, context parallel, its part of the cache).
 struct Layer {
   ga::BlockConfig config;
   ga::BlockWeights<float> weights;
@@ -90,10 +91,12 @@ struct Layer {
         v(k.size()),
         capacity(cap) {}
 
-  std::vector<float> step(const float* x, std::int64_t len) {
+  // Positions from `start` (the layer's length unless its cache holds part of the context).
+  std::vector<float> step(const float* x, std::int64_t len, std::int64_t start,
+                          const ga::ContextParallel<float>& context = {}) {
     const std::int64_t hid = config.hidden_size;
     std::vector<std::int64_t> positions(static_cast<std::size_t>(len));
-    for (std::int64_t t = 0; t < len; ++t) positions[t] = length + t;
+    for (std::int64_t t = 0; t < len; ++t) positions[t] = start + t;
     std::vector<float> y(static_cast<std::size_t>(len * hid));
     const std::array<std::int64_t, 4> e = {1, capacity, config.num_kv_heads, config.head_dim};
     ga::BlockForwardArgs<float> a;
@@ -102,6 +105,7 @@ struct Layer {
     a.cache = {ga::TensorView<float, 4>::contiguous(k.data(), e),
                ga::TensorView<float, 4>::contiguous(v.data(), e), &length};
     a.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, len, hid});
+    a.context_parallel = context;
     const ga::GatedMultiHeadAttention<float> block(config, weights);
     std::vector<std::byte> ws(block.workspace_size(a, 1));
     const ga::Status s = block.forward(a, ga::Workspace(ws.data(), ws.size()));
@@ -140,10 +144,10 @@ bool tensor_parallel(const ga::BlockConfig& c, std::int64_t prompt, std::int64_t
   double worst = 0.0, compute = 0.0, exchange = 0.0;
   for (std::int64_t t = 0; t <= steps; ++t) {
     const std::int64_t len = t == 0 ? prompt : 1, at = t == 0 ? 0 : prompt + t - 1;
-    const std::vector<float> expected = whole.step(x.data() + at * hid, len);
+    const std::vector<float> expected = whole.step(x.data() + at * hid, len, at);
     const double t0 = now();
     std::vector<float> y(static_cast<std::size_t>(len * hid), 0.0f);
-    if (holds) y = shard.step(x.data() + at * hid, len);
+    if (holds) y = shard.step(x.data() + at * hid, len, at);
     const double t1 = now();
     MPI_Barrier(MPI_COMM_WORLD);  // the exchange timed alone, not the wait for the slowest rank
     const double t1b = now();
@@ -164,76 +168,100 @@ bool tensor_parallel(const ga::BlockConfig& c, std::int64_t prompt, std::int64_t
   return worst <= kAgreement;
 }
 
-// Decode attention of one query over `context` cached tokens split in token ranges over the ranks.
-bool context_parallel(std::int64_t context, std::int64_t steps) {
-  const std::int64_t kv = 2, g = 8, d = 256;  // Qwen3-Next's full-attention heads
-  std::mt19937 rng(12);
-  const std::vector<float> k = random_values(rng, context * kv * d, 1.0f),
-                           v = random_values(rng, context * kv * d, 1.0f),
-                           q = random_values(rng, kv * g * d, 1.0f),
-                           gate = random_values(rng, kv * g * d, 1.0f);
+// ContextParallel::exchange over MPI: this rank's part (output, then lse) to every rank in one
+// MPI_Allgather, timed after a barrier; the parts are views of what arrived.
+struct MpiExchange {
+  std::vector<float> sent, gathered;
+  std::vector<ga::AttentionPart<float>> parts;
+  double seconds = 0.0;   // in MPI_Allgather, summed over calls
+  std::size_t bytes = 0;  // sent per call
+
+  static ga::Status exchange(void* context, const ga::AttentionPart<float>& local,
+                             const ga::AttentionPart<float>** parts, std::int64_t* num_parts) {
+    MpiExchange& x = *static_cast<MpiExchange*>(context);
+    const auto& e = local.out.extents;  // [1, 1, kv_heads, group, d] for one decode token
+    const std::int64_t rows = e[0] * e[1] * e[2] * e[3], part = rows * (e[4] + 1);
+    x.sent.resize(static_cast<std::size_t>(part));
+    float* out = x.sent.data();
+    float* lse = out + rows * e[4];
+    for (std::int64_t h = 0; h < e[2]; ++h) {
+      for (std::int64_t j = 0; j < e[3]; ++j) {
+        *lse++ = local.lse(0, 0, h, j);
+        for (std::int64_t k = 0; k < e[4]; ++k) *out++ = local.out(0, 0, h, j, k);
+      }
+    }
+    const int n = size_of();
+    x.gathered.resize(static_cast<std::size_t>(part * n));
+    MPI_Barrier(MPI_COMM_WORLD);  // the exchange timed alone, not the wait for the slowest rank
+    const double t0 = now();
+    MPI_Allgather(x.sent.data(), static_cast<int>(part), MPI_FLOAT, x.gathered.data(),
+                  static_cast<int>(part), MPI_FLOAT, MPI_COMM_WORLD);
+    x.seconds += now() - t0;
+    x.bytes = x.sent.size() * sizeof(float);
+    x.parts.clear();
+    for (int p = 0; p < n; ++p) {
+      const float* from = x.gathered.data() + p * part;
+      x.parts.push_back({ga::TensorView<const float, 5>::contiguous(from, e),
+                         ga::TensorView<const float, 4>::contiguous(from + rows * e[4],
+                                                                    {e[0], e[1], e[2], e[3]})});
+    }
+    *parts = x.parts.data();
+    *num_parts = n;
+    return ga::Status::ok();
+  }
+};
+
+// Decode steps of the block over `context` cached tokens (random K/V) split in token ranges over
+// the ranks; rank t % n appends step t's token. Every rank also runs the unsplit layer.
+bool context_parallel(const ga::BlockConfig& c, std::int64_t context, std::int64_t steps) {
+  std::mt19937 rng(12);  // the same weights, cache and tokens on every rank
+  const std::int64_t hid = c.hidden_size, row = c.kv_width();
+  const float s = 1.0f / std::sqrt(static_cast<float>(hid));
+  const std::vector<float> wq = random_values(rng, c.q_proj_rows() * hid, s),
+                           wk = random_values(rng, c.kv_width() * hid, s),
+                           wv = random_values(rng, c.kv_width() * hid, s),
+                           wo = random_values(rng, hid * c.q_width(), s),
+                           norms = random_values(rng, c.head_dim, 0.1f),
+                           x = random_values(rng, (steps + 1) * hid, 1.0f),
+                           k = random_values(rng, context * row, 1.0f),
+                           v = random_values(rng, context * row, 1.0f);
+  ga::BlockWeights<float> w;
+  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
+  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
+  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
+  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
+  w.maybe_q_norm = w.maybe_k_norm = norms.data();
   const int r = rank_of(), n = size_of();
   const std::int64_t lo = context * r / n, hi = context * (r + 1) / n;
-  const std::array<std::int64_t, 5> out_e = {1, 1, kv, g, d};
-  const std::array<std::int64_t, 4> rows_e = {1, 1, kv, g};
-  const std::size_t out_n = static_cast<std::size_t>(kv * g * d), rows_n = kv * g;
-  // Over keys [begin, end); finish: with the gate (the unsplit call), else a part.
-  const auto attend = [&](std::int64_t begin, std::int64_t end, bool finish, float* out,
-                          float* lse) {
-    ga::SdpaArgs<float> a;
-    a.q = ga::TensorView<const float, 5>::contiguous(q.data(), out_e);
-    a.k = ga::TensorView<const float, 4>::contiguous(k.data() + begin * kv * d,
-                                                     {1, end - begin, kv, d});
-    a.v = ga::TensorView<const float, 4>::contiguous(v.data() + begin * kv * d,
-                                                     {1, end - begin, kv, d});
-    a.out = ga::TensorView<float, 5>::contiguous(out, out_e);
-    a.maybe_lse = ga::TensorView<float, 4>::contiguous(lse, rows_e);
-    if (finish) a.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
-    std::vector<std::byte> ws(ga::workspace_size(a, 1));
-    const ga::Status s = ga::run(a, ga::Workspace(ws.data(), ws.size()));
-    if (!s) fail(s);
-  };
-  std::vector<float> expected(out_n), expected_lse(rows_n), out(out_n), lse(rows_n);
-  std::vector<float> outs(out_n * n), lses(rows_n * n);
-  attend(0, context, true, expected.data(), expected_lse.data());
-  double compute = 0.0, exchange = 0.0, worst = 0.0;
+  Layer whole(c, w, context + steps + 1), part(c, w, hi - lo + steps + 1);
+  std::copy(k.begin(), k.end(), whole.k.begin());
+  std::copy(v.begin(), v.end(), whole.v.begin());
+  std::copy(k.begin() + lo * row, k.begin() + hi * row, part.k.begin());
+  std::copy(v.begin() + lo * row, v.begin() + hi * row, part.v.begin());
+  whole.length = context;
+  part.length = hi - lo;
+  MpiExchange exchange;
+  double compute = 0.0, gather = 0.0, worst = 0.0;
   for (std::int64_t t = 0; t <= steps; ++t) {  // step 0 warms up
+    const std::int64_t position = whole.length;
+    const std::vector<float> expected = whole.step(x.data() + t * hid, 1, position);
+    const double gathered_before = exchange.seconds;
     const double t0 = now();
-    attend(lo, hi, false, out.data(), lse.data());
-    const double t1 = now();
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t1b = now();
-    MPI_Allgather(out.data(), int(out_n), MPI_FLOAT, outs.data(), int(out_n), MPI_FLOAT,
-                  MPI_COMM_WORLD);
-    MPI_Allgather(lse.data(), int(rows_n), MPI_FLOAT, lses.data(), int(rows_n), MPI_FLOAT,
-                  MPI_COMM_WORLD);
-    const double t2 = now();
-    std::vector<ga::AttentionPart<float>> parts;
-    for (int p = 0; p < n; ++p) {
-      parts.push_back(
-          {ga::TensorView<const float, 5>::contiguous(outs.data() + p * out_n, out_e),
-           ga::TensorView<const float, 4>::contiguous(lses.data() + p * rows_n, rows_e)});
-    }
-    ga::MergeAttentionArgs<float> m;
-    m.parts = parts.data();
-    m.num_parts = n;
-    m.out = ga::TensorView<float, 5>::contiguous(out.data(), out_e);
-    m.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
-    const ga::Status s = ga::run(m, ga::Workspace(nullptr, 0));
-    if (!s) fail(s);
-    const double t3 = now();
-    worst = std::max(worst, relative_difference(out, expected));
-    if (t > 0) compute += slowest((t1 - t0) + (t3 - t2)), exchange += slowest(t2 - t1b);
+    const std::vector<float> y =
+        part.step(x.data() + t * hid, 1, position, {&MpiExchange::exchange, &exchange, t % n == r});
+    const double t1 = now(), in_gather = exchange.seconds - gathered_before;
+    worst = std::max(worst, relative_difference(y, expected));
+    if (t > 0) compute += slowest(t1 - t0 - in_gather), gather += slowest(in_gather);
   }
   worst = slowest(worst);
   if (r == 0) {
-    std::printf("context parallel: %lld tokens over %d ranks; max |diff| / max |out| %.2e\n",
+    std::printf("context parallel: %lld tokens over %d ranks; max |diff| / max |y| %.2e\n",
                 static_cast<long long>(context), n, worst);
     std::printf(
         "  decode step: compute %.3f ms, all-gather %.3f ms, %zu bytes per rank "
         "(K/V read per rank: %lld bytes)\n",
-        1e3 * compute / double(steps), 1e3 * exchange / double(steps),
-        (out_n + rows_n) * sizeof(float), static_cast<long long>((hi - lo) * kv * d * 2 * 4));
+        1e3 * compute / double(steps), 1e3 * gather / double(steps), exchange.bytes,
+        static_cast<long long>((hi - lo) * row * 2 * 4));
   }
   return worst <= kAgreement;
 }
@@ -262,7 +290,7 @@ int main(int argc, char** argv) {
   if (rank_of() == 0) {
     std::printf("%d ranks, path %s\n", size_of(), ga::sdpa_path());
   }
-  const bool agree = tensor_parallel(c, /*prompt=*/64, steps) & context_parallel(context, steps);
+  const bool agree = tensor_parallel(c, /*prompt=*/64, steps) & context_parallel(c, context, steps);
   if (rank_of() == 0) std::printf("%s\n", agree ? "agree" : "DISAGREE");
   MPI_Finalize();
   return agree ? 0 : 1;

@@ -2,10 +2,14 @@
 //   tensor parallel: each rank runs the block on its shard of KV heads (shard_heads), the ranks'
 //     outputs are summed by MPI_Allreduce and must equal the whole block, prefill and decode steps,
 //     in every q/gate layout;
-//   context parallel: each rank holds a slice of every sequence's keys (uneven, one of them empty
-//     on rank 0), runs SDPA over it with lse and no sinks or gate, the ranks' outputs and lses are
-//     gathered (MPI_Allgather) and merged (merge_attention) with sinks and the gate, and must
-//     equal the unsplit call;
+//   context parallel, SDPA: each rank holds a slice of every sequence's keys (uneven, one of them
+//     empty on rank 0), runs SDPA over it with lse and no sinks or gate, the ranks' outputs and
+//     lses are gathered (MPI_Allgather) and merged (merge_attention) with the sinks (learned,
+//     softmax+1, none) and the gate (elementwise, headwise, none), and must equal the unsplit call;
+//   context parallel, block: each rank's cache holds the tokens of the steps it appended (the
+//     appending rank moves from step to step: some ranks start empty), packed sequences of
+//     different lengths, prefill, chunks and decode, in every gate mode; ContextParallel's
+//     exchange is one MPI_Allgather per step; every rank's y must equal the unsplit block's;
 //   bad input: a rank whose shard is invalid makes every rank return the error before any
 //     collective (no rank left waiting).
 // Every rank computes the unsplit result itself. Exit status 0 when every rank agrees.
@@ -107,9 +111,11 @@ int tensor_parallel(ga::QGateLayout layout) {
   return failures;
 }
 
-// Context parallel decode of 2 sequences (37 and 20 keys) of one query each: returns the number
-// of failed checks.
-int context_parallel() {
+enum class Sinks { none, learned, plus_one };
+
+// Context parallel decode of 2 sequences (37 and 20 keys) of one query each, with `sinks` and the
+// gate of `gate_mode` at the merge: returns the number of failed checks.
+int context_parallel(Sinks sink_mode, ga::GateMode gate_mode) {
   const std::int64_t b = 2, kv = 2, g = 2, d = 32, max_len = 37;
   const std::vector<std::int64_t> lens = {37, 20};
   Rng rng = make_rng(3521);
@@ -120,6 +126,16 @@ int context_parallel() {
   const std::vector<float> sinks = random_vector<float>(rng, kv * g, -1.0, 2.0);
   const std::array<std::int64_t, 5> out_e = {b, 1, kv, g, d};
   const std::array<std::int64_t, 4> rows_e = {b, 1, kv, g}, kv_e = {b, max_len, kv, d};
+  ga::GateSpec<float> gate_spec;  // headwise: one value per head, broadcast over d
+  if (gate_mode != ga::GateMode::none) {
+    gate_spec.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
+    if (gate_mode == ga::GateMode::headwise) gate_spec.values.strides[4] = 0;
+  }
+  const auto finish_with_sinks = [&](auto& a) {
+    a.maybe_sink_logits = sink_mode == Sinks::learned ? sinks.data() : nullptr;
+    a.softmax_plus_one = sink_mode == Sinks::plus_one;
+    a.gate = gate_spec;
+  };
   const auto sdpa = [&](const std::vector<float>& keys, const std::vector<float>& values,
                         const std::int64_t* kv_lens, bool finish, float* out, float* lse) {
     ga::SdpaArgs<float> a;
@@ -129,10 +145,7 @@ int context_parallel() {
     a.maybe_kv_lens = kv_lens;
     a.out = ga::TensorView<float, 5>::contiguous(out, out_e);
     a.maybe_lse = ga::TensorView<float, 4>::contiguous(lse, rows_e);
-    if (finish) {
-      a.maybe_sink_logits = sinks.data();
-      a.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
-    }
+    if (finish) finish_with_sinks(a);
     std::vector<std::byte> ws(ga::workspace_size(a, 1));
     return ga::run(a, ga::Workspace(ws.data(), ws.size()));
   };
@@ -177,15 +190,110 @@ int context_parallel() {
   m.num_parts = n;
   m.out = ga::TensorView<float, 5>::contiguous(out.data(), out_e);
   m.maybe_lse = ga::TensorView<float, 4>::contiguous(lse.data(), rows_e);
-  m.maybe_sink_logits = sinks.data();
-  m.gate.values = ga::TensorView<const float, 5>::contiguous(gate.data(), out_e);
+  finish_with_sinks(m);
   if (!all_ok(ga::run(m, ga::Workspace(nullptr, 0)))) return 1;
   int failures = 0;
   if (!(max_tolerance_ratio(out, expected, kSdpaAtol, kSdpaRtol) <= 1.0)) ++failures;
   for (std::size_t i = 0; i < rows_n; ++i) {
     if (!(std::fabs(lse[i] - expected_lse[i]) <= kSdpaLseAtol)) ++failures;
   }
-  if (failures) std::fprintf(stderr, "rank %d: context parallel disagrees\n", r);
+  if (failures) {
+    std::fprintf(stderr, "rank %d: context parallel SDPA disagrees (sinks %d, gate %s)\n", r,
+                 static_cast<int>(sink_mode), name_of(gate_mode));
+  }
+  return failures;
+}
+
+// ContextParallel::exchange over MPI: this rank's part (output then lse) to every rank in one
+// MPI_Allgather; the parts are views of what arrived.
+struct MpiExchange {
+  std::vector<float> sent, gathered;
+  std::vector<ga::AttentionPart<float>> parts;
+
+  static ga::Status exchange(void* context, const ga::AttentionPart<float>& local,
+                             const ga::AttentionPart<float>** parts, std::int64_t* num_parts) {
+    MpiExchange& x = *static_cast<MpiExchange*>(context);
+    const auto& e = local.out.extents;
+    const std::int64_t rows = e[0] * e[1] * e[2] * e[3], part = rows * (e[4] + 1);
+    x.sent.resize(static_cast<std::size_t>(part));
+    float* out = x.sent.data();
+    float* lse = out + rows * e[4];
+    for (std::int64_t i = 0; i < e[0]; ++i) {
+      for (std::int64_t t = 0; t < e[1]; ++t) {
+        for (std::int64_t h = 0; h < e[2]; ++h) {
+          for (std::int64_t j = 0; j < e[3]; ++j, ++lse) {
+            *lse = local.lse(i, t, h, j);
+            for (std::int64_t k = 0; k < e[4]; ++k) *out++ = local.out(i, t, h, j, k);
+          }
+        }
+      }
+    }
+    const int n = size_of();
+    x.gathered.resize(static_cast<std::size_t>(part * n));
+    MPI_Allgather(x.sent.data(), static_cast<int>(part), MPI_FLOAT, x.gathered.data(),
+                  static_cast<int>(part), MPI_FLOAT, MPI_COMM_WORLD);
+    x.parts.clear();
+    for (int p = 0; p < n; ++p) {
+      const float* from = x.gathered.data() + p * part;
+      x.parts.push_back({ga::TensorView<const float, 5>::contiguous(from, e),
+                         ga::TensorView<const float, 4>::contiguous(from + rows * e[4],
+                                                                    {e[0], e[1], e[2], e[3]})});
+    }
+    *parts = x.parts.data();
+    *num_parts = n;
+    return ga::Status::ok();
+  }
+};
+
+// One packed step of 2 sequences through `block`: y, or an error in *status.
+std::vector<float> packed_step(const ga::GatedMultiHeadAttention<float>& block,
+                               const std::vector<float>& x, const std::vector<std::int32_t>& cu,
+                               const Positions& pos, const ga::KvCacheView<float>& cache,
+                               const ga::ContextParallel<float>& context, ga::Status* status) {
+  const std::int64_t hid = block.config().hidden_size, total = cu.back();
+  std::vector<float> y(static_cast<std::size_t>(total * hid), 0.0f);
+  ga::BlockForwardArgs<float> args;
+  args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {1, total, hid});
+  args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {1, total});
+  args.cache = cache;
+  args.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, total, hid});
+  args.maybe_cu_seqlens = ga::TensorView<const std::int32_t, 1>::contiguous(cu.data(), {3});
+  args.context_parallel = context;
+  std::vector<std::byte> ws(block.workspace_size(args, 1));
+  *status = block.forward(args, ga::Workspace(ws.data(), ws.size()));
+  return y;
+}
+
+// Context parallel through the block, gate `mode`: returns the number of failed checks.
+int context_parallel_block(ga::GateMode mode) {
+  const ga::BlockConfig c = small_config(mode, ga::QGateLayout::qwen3_next);
+  Rng rng = make_rng(3523);  // the same weights and inputs on every rank
+  const Model<float> m = make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
+  const std::vector<std::array<std::int32_t, 2>> steps = {{6, 3}, {4, 5}, {1, 1}, {1, 1}, {0, 1}};
+  Cache<float> whole(c, 2, 16), part(c, 2, 16);
+  MpiExchange exchange;
+  int failures = 0;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    std::vector<std::int32_t> cu = {0, steps[i][0], steps[i][0] + steps[i][1]};
+    Positions pos;
+    for (int s = 0; s < 2; ++s) {
+      for (std::int32_t t = 0; t < steps[i][s]; ++t) pos.push_back(whole.lengths[s] + t);
+    }
+    const std::vector<float> x = random_vector<float>(rng, cu.back() * c.hidden_size, -1.0, 1.0);
+    ga::Status ws, ps;
+    const std::vector<float> expected = packed_step(block, x, cu, pos, whole.view(), {}, &ws);
+    const bool appends = static_cast<int>(i) % size_of() == rank_of();
+    const std::vector<float> y = packed_step(block, x, cu, pos, part.view(),
+                                             {&MpiExchange::exchange, &exchange, appends}, &ps);
+    if (!all_ok(ws.is_ok() ? ps : ws)) return failures + 1;
+    const double worst = max_tolerance_ratio(y, expected, kAtol, kRtol);
+    if (!(worst <= 1.0)) {
+      std::fprintf(stderr, "rank %d: context parallel block, gate %s, step %zu: ratio %g\n",
+                   rank_of(), name_of(mode), i, worst);
+      ++failures;
+    }
+  }
   return failures;
 }
 
@@ -209,13 +317,24 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int failures = 0;
   for (ga::QGateLayout layout : kLayouts) failures += tensor_parallel(layout);
-  failures += context_parallel();
+  for (Sinks sinks : {Sinks::none, Sinks::learned, Sinks::plus_one}) {
+    for (ga::GateMode gate :
+         {ga::GateMode::none, ga::GateMode::headwise, ga::GateMode::elementwise}) {
+      failures += context_parallel(sinks, gate);
+    }
+  }
+  for (ga::GateMode gate :
+       {ga::GateMode::none, ga::GateMode::headwise, ga::GateMode::elementwise}) {
+    failures += context_parallel_block(gate);
+  }
   failures += refused_everywhere();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank_of() == 0) {
-    std::printf("%d ranks: tensor parallel (3 layouts), context parallel, bad input: %s\n",
-                size_of(), total == 0 ? "agree" : "DISAGREE");
+    std::printf(
+        "%d ranks: tensor parallel (3 layouts), context parallel (SDPA: 3 sinks x 3 gates; "
+        "block: 3 gates), bad input: %s\n",
+        size_of(), total == 0 ? "agree" : "DISAGREE");
   }
   MPI_Finalize();
   return total == 0 ? 0 : 1;

@@ -296,15 +296,16 @@ Status check_cache_views(const BlockConfig& c, const KvCacheView<KvT>& cache, st
   return Status::ok();
 }
 
-// Room for each sequence's new tokens, and (paged) every page its tokens use in the pools.
+// Room for each sequence's new tokens (none when the cache does not receive them), and (paged)
+// every page its tokens use in the pools.
 template <class KvT>
-Status check_cache_room(const KvCacheView<KvT>& cache, const NewTokens& tokens) {
+Status check_cache_room(const KvCacheView<KvT>& cache, const NewTokens& tokens, bool appends) {
   if (cache.lengths == nullptr && tokens.batch() > 0) {
     return Status::error(StatusCode::invalid_argument, "cache.lengths: null pointer");
   }
   const std::int64_t capacity = cache.capacity();
   for (std::int64_t s = 0; s < tokens.batch(); ++s) {
-    const std::int64_t held = cache.lengths[s], adding = tokens.count(s);
+    const std::int64_t held = cache.lengths[s], adding = appends ? tokens.count(s) : 0;
     if (held < 0 || held > capacity - adding) {
       return Status::error(StatusCode::invalid_argument,
                            "cache.lengths: sequence %lld holds %lld tokens, + %lld new exceeds "
@@ -358,13 +359,14 @@ Status check_cache_writes(const KvCacheView<KvT>& cache, const NewTokens& tokens
 
 // Checks one forward call's views: x and y [b, len, hidden] (packed: [1, total, hidden] with
 // tokens.cu), positions like x's first two dims, and a cache with room for each sequence's new
-// tokens in its first b sequences.
+// tokens in its first b sequences (appends_new_tokens false: its lengths within its capacity).
 template <class T, class KvT, class W>
 Status validate_forward(const BlockConfig& c, const BlockWeights<T, W>& w,
                         const TensorView<const T, 3>& x,
                         const TensorView<const std::int64_t, 2>& positions,
                         const KvCacheView<KvT>& cache, const TensorView<T, 3>& y,
-                        const TensorView<const std::int32_t, 1>& maybe_cu_seqlens = {}) {
+                        const TensorView<const std::int32_t, 1>& maybe_cu_seqlens = {},
+                        bool appends_new_tokens = true) {
   GATED_ATTENTION_RETURN_IF_ERROR(validate(c, w));
   const bool packed = maybe_cu_seqlens.data != nullptr;
   GATED_ATTENTION_RETURN_IF_ERROR(
@@ -380,7 +382,7 @@ Status validate_forward(const BlockConfig& c, const BlockWeights<T, W>& w,
   GATED_ATTENTION_RETURN_IF_ERROR(check_view("y", y, {x.extents[0], x.extents[1], c.hidden_size},
                                              {"batch", "length", "hidden"}));
   GATED_ATTENTION_RETURN_IF_ERROR(detail::check_cache_views(c, cache, tokens.batch()));
-  return detail::check_cache_room(cache, tokens);
+  return detail::check_cache_room(cache, tokens, appends_new_tokens);
 }
 
 }  // namespace gated_attention

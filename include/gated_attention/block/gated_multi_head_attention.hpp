@@ -13,6 +13,9 @@
 // hidden] with cu_seqlens. The cache is contiguous per sequence or paged (the engine owns the
 // pages and passes the table). With gate_mode none it is the ungated layer.
 //
+// Context parallel (across processes): each process holds a disjoint part of every sequence's
+// keys and runs the same call; see ContextParallel.
+//
 // Engines that call kernels from each of their nth workers instead call, for every
 // phase < num_phases(), run_phase(args, workspace, phase, ith, nth) on every worker, with a
 // barrier between phases; the workspace is sized with workspace_size(args, nth).
@@ -34,12 +37,35 @@
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/workspace.hpp"
 #include "gated_attention/ops/linear.hpp"
+#include "gated_attention/ops/merge_attention.hpp"
 #include "gated_attention/ops/rms_norm.hpp"
 #include "gated_attention/ops/rope.hpp"
 #include "gated_attention/ops/sdpa.hpp"
 #include "gated_attention/ops/store_kv.hpp"
 
 namespace gated_attention {
+
+// Context parallelism (docs/distributed.md): every process holds a disjoint part of each
+// sequence's keys in its own cache (cache.lengths: the part's length) and makes the same call with
+// the same x and positions. Each attends over its own keys (no gate): a part, the ungated output
+// and its log-sum-exp; exchange gathers every process's part; the merge adds them up and applies
+// the gate; then o_proj. One process per call appends the new tokens (appends_new_tokens); moving
+// that role from step to step spreads the cache over the processes.
+template <class T>
+struct ContextParallel {
+  // Gathers the parts of every process, this one's `local` included (views into the workspace),
+  // into views the callee owns, valid until the forward call returns: *parts [*num_parts].
+  // Called once per forward call, on one worker, after this process's part is written. The block
+  // only reads the parts; an exchange that hands out views of peers' memory (threads of one
+  // process) keeps it alive until every peer has merged.
+  using ExchangeFn = Status (*)(void* context, const AttentionPart<T>& local,
+                                const AttentionPart<T>** parts, std::int64_t* num_parts);
+  ExchangeFn exchange = nullptr;  // null: the whole cache is here (not context parallel)
+  void* context = nullptr;
+  bool appends_new_tokens = true;  // whether this process's cache receives the new tokens
+
+  bool enabled() const { return exchange != nullptr; }
+};
 
 template <class T, class KvT = T>
 struct BlockForwardArgs {
@@ -55,8 +81,13 @@ struct BlockForwardArgs {
   // Packed tokens: x, positions, y and stats hold every sequence's new tokens one after another
   // ([1, total, ...]); sequence s's are rows [cu_seqlens(s), cu_seqlens(s + 1)).
   TensorView<const std::int32_t, 1> maybe_cu_seqlens = {};  // [b + 1], from 0 to total
+  ContextParallel<T> context_parallel = {};                 // optional: this process's keys only
 
   NewTokens tokens() const { return {{x.extents[0], x.extents[1]}, maybe_cu_seqlens}; }
+  // Whether this call's cache receives the new tokens.
+  bool appends() const {
+    return !context_parallel.enabled() || context_parallel.appends_new_tokens;
+  }
 };
 
 // T: the activations; KvT: the cache's elements (float, bf16, f16 or std::int8_t); W: the
@@ -68,11 +99,13 @@ class GatedMultiHeadAttention {
   enum Phase : int {
     kProject = 0,      // q (with the gate), gate (separate layout), k and v projections
     kPrepare = 1,      // q/k norm and RoPE; k and v appended to the cache
-    kAttention = 2,    // SDPA with the fused gate
+    kAttention = 2,    // SDPA with the fused gate (context parallel: this process's part)
     kMergeSplits = 3,  // merges key splits (no work when the plan has none)
-    kOutput = 4,       // o_proj
-    kCommit = 5,       // the cache lengths advance by len
-    kNumPhases = 6,
+    kExchange = 4,     // context parallel: the parts gathered (ContextParallel::exchange)
+    kMergeParts = 5,   // context parallel: the parts merged and gated
+    kOutput = 6,       // o_proj
+    kCommit = 7,       // the cache lengths advance by len
+    kNumPhases = 8,
   };
 
   GatedMultiHeadAttention(const BlockConfig& config, const BlockWeights<T, W>& weights,
@@ -84,7 +117,13 @@ class GatedMultiHeadAttention {
 
   Status can_implement(const BlockForwardArgs<T, KvT>& args) const {
     GATED_ATTENTION_RETURN_IF_ERROR(validate_forward(config_, weights_, args.x, args.positions,
-                                                     args.cache, args.y, args.maybe_cu_seqlens));
+                                                     args.cache, args.y, args.maybe_cu_seqlens,
+                                                     args.appends()));
+    if (args.context_parallel.enabled() && args.stats.enabled()) {
+      return Status::error(StatusCode::not_supported,
+                           "stats: expected none under context parallelism (each process sees "
+                           "part of the keys; compute them from the merged call instead)");
+    }
     GATED_ATTENTION_RETURN_IF_ERROR(check_in_place_or_disjoint("y", args.y, "x", args.x));
     GATED_ATTENTION_RETURN_IF_ERROR(
         check_no_overlap("cache.k", args.cache.k, "cache.v", args.cache.v));
@@ -164,6 +203,13 @@ class GatedMultiHeadAttention {
     }
   };
 
+  // The parts ContextParallel::exchange gathered, kept in the workspace for every worker.
+  struct ExchangedParts {
+    const AttentionPart<T>* parts;
+    std::int64_t num_parts;  // -1: the exchange failed, with `error`
+    StatusCode error;
+  };
+
   // Scratch carved from the workspace, in this order, identically on every worker.
   struct Buffers {
     T* q_proj_out = nullptr;             // [rows, q_proj_rows] q (and the gate, unless separate)
@@ -177,6 +223,9 @@ class GatedMultiHeadAttention {
     std::size_t sdpa_bytes = 0;
     float* widened = nullptr;  // bf16 weights widened: [workers, widened_floats]
     std::size_t widened_floats = 0;
+    T* part_out = nullptr;                // context parallel: [rows, q_width] this part's output
+    float* part_lse = nullptr;            // context parallel: [rows, q_heads] this part's lse
+    ExchangedParts* exchanged = nullptr;  // context parallel: what exchange returned
     bool complete = false;
   };
 
@@ -221,19 +270,54 @@ class GatedMultiHeadAttention {
         a.maybe_k_scales.extents[1] = a.maybe_v_scales.extents[1] = kv_len_extent;
       }
     }
-    a.out = TensorView<T, 5>::contiguous(buf.attn, {args.x.extents[0], args.x.extents[1],
-                                                    c.num_kv_heads, c.group_size(), c.head_dim});
+    a.out = attention_out(args, buf);
     a.scale = c.scale;
     a.mask = Mask::causal();
     a.maybe_kv_lens = buf.kv_lens;
-    if (c.gate_mode != GateMode::none) {
-      a.gate.values = gate_view(
-          c, c.has_gate_proj() ? rows_of(args, buf.gate_proj_out, c.gate_width()) : q_rows);
-      a.gate.activation = c.gate_activation;
-    }
+    a.gate = gate_spec(args, buf);
     a.stats = args.stats;
     a.dot_precision = args.dot_precision;
+    if (args.context_parallel.enabled()) {  // a part: ungated, with its lse
+      a.gate = {};
+      // Keys cached before this call precede every new query; the new ones, causal.
+      a.mask = args.appends() ? Mask::causal() : Mask::none();
+      a.out = part_out_view(args, buf);
+      a.maybe_lse = part_lse_view(args, buf);
+    }
     return a;
+  }
+
+  // The attention's output rows, [b, len, kv_heads, group, head_dim] of buf.attn (context
+  // parallel: the merged parts), and this process's part's.
+  TensorView<T, 5> attention_out(const BlockForwardArgs<T, KvT>& args, const Buffers& buf) const {
+    return heads_of(args, buf.attn);
+  }
+  TensorView<T, 5> part_out_view(const BlockForwardArgs<T, KvT>& args, const Buffers& buf) const {
+    return heads_of(args, buf.part_out);
+  }
+  TensorView<T, 5> heads_of(const BlockForwardArgs<T, KvT>& args, T* data) const {
+    const BlockConfig& c = config_;
+    return TensorView<T, 5>::contiguous(
+        data, {args.x.extents[0], args.x.extents[1], c.num_kv_heads, c.group_size(), c.head_dim});
+  }
+
+  // The output gate over the projected gate rows (none with gate_mode none).
+  GateSpec<T> gate_spec(const BlockForwardArgs<T, KvT>& args, const Buffers& buf) const {
+    const BlockConfig& c = config_;
+    GateSpec<T> gate;
+    if (c.gate_mode == GateMode::none) return gate;
+    gate.values = gate_view(c, c.has_gate_proj() ? rows_of(args, buf.gate_proj_out, c.gate_width())
+                                                 : rows_of(args, buf.q_proj_out, c.q_proj_rows()));
+    gate.activation = c.gate_activation;
+    return gate;
+  }
+
+  // Context parallel: this process's part's lse, [b, len, kv_heads, group].
+  TensorView<float, 4> part_lse_view(const BlockForwardArgs<T, KvT>& args,
+                                     const Buffers& buf) const {
+    return TensorView<float, 4>::contiguous(
+        buf.part_lse,
+        {args.x.extents[0], args.x.extents[1], config_.num_kv_heads, config_.group_size()});
   }
 
   // The attention's sizes for a forward call: its workspace depends on nothing else.
@@ -304,6 +388,11 @@ class GatedMultiHeadAttention {
       b.widened_floats = widened_floats(num_workers, args.projection_precision);
       b.widened = ws.allocate<float>(static_cast<std::size_t>(num_workers) * b.widened_floats);
     }
+    if (args.context_parallel.enabled()) {
+      b.part_out = ws.allocate<T>(rows * static_cast<std::size_t>(c.q_width()));
+      b.part_lse = ws.allocate<float>(rows * static_cast<std::size_t>(c.num_q_heads));
+      b.exchanged = ws.allocate<ExchangedParts>(1);
+    }
     b.complete = !ws.is_counting() && !ws.exhausted();
     if (out != nullptr) *out = b;
   }
@@ -328,7 +417,7 @@ class GatedMultiHeadAttention {
     if (args.x.extents[0] * args.x.extents[1] == 0) return Status::ok();
     switch (phase) {
       case kProject:  // each worker checks the cache writes before any is made
-        if (args.cache.paged()) {
+        if (args.cache.paged() && args.appends()) {
           GATED_ATTENTION_RETURN_IF_ERROR(detail::check_cache_writes(
               args.cache, args.tokens(), buf.page_marks + workers.ith * args.cache.k.extents[0]));
         }
@@ -339,6 +428,10 @@ class GatedMultiHeadAttention {
       case kAttention:
       case kMergeSplits:
         return attention_phase(args, buf, phase - kAttention, workers);
+      case kExchange:
+        return exchange_phase(args, buf, workers);
+      case kMergeParts:
+        return merge_parts_phase(args, buf, workers);
       case kOutput:
         return output_phase(args, buf, workers);
       default:
@@ -362,8 +455,10 @@ class GatedMultiHeadAttention {
     if (c.has_gate_proj()) {
       add(weights_.maybe_gate_proj, weights_.maybe_gate_bias, buf.gate_proj_out, c.gate_width());
     }
-    add(weights_.k_proj, weights_.maybe_k_bias, buf.k_proj_out, c.kv_width());
-    add(weights_.v_proj, weights_.maybe_v_bias, buf.v_proj_out, c.kv_width());
+    if (args.appends()) {  // k and v only where the cache receives them
+      add(weights_.k_proj, weights_.maybe_k_bias, buf.k_proj_out, c.kv_width());
+      add(weights_.v_proj, weights_.maybe_v_bias, buf.v_proj_out, c.kv_width());
+    }
     return run_projections(args.x, projs, n, buf, args.projection_precision, workers);
   }
 
@@ -444,10 +539,11 @@ class GatedMultiHeadAttention {
     const NewTokens new_tokens = args.tokens();
     const std::int64_t tokens = new_tokens.total();
     const std::int64_t chunks = (tokens + kPrepareTokens - 1) / kPrepareTokens;
+    const bool appends = args.appends();
     workers.for_tasks(chunks + 1, [&](std::int64_t task, int) {
       if (task == chunks) {
         for (std::int64_t s = 0; s < new_tokens.batch(); ++s) {
-          buf.kv_lens[s] = args.cache.lengths[s] + new_tokens.count(s);
+          buf.kv_lens[s] = args.cache.lengths[s] + (appends ? new_tokens.count(s) : 0);
         }
         return;
       }
@@ -509,6 +605,7 @@ class GatedMultiHeadAttention {
         for (std::int64_t i = 0; i < d; ++i) q_row[i] = T(row[i]);
       }
     }
+    if (!args.appends()) return;
     const auto [s, t] = args.tokens().of_row(token);
     const KeyAt slot = args.cache.slot(s, args.cache.lengths[s] + t);
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
@@ -536,7 +633,7 @@ class GatedMultiHeadAttention {
     const NewTokens tokens = args.tokens();
     std::int64_t kv_len = 0;
     for (std::int64_t s = 0; s < tokens.batch(); ++s) {
-      kv_len = std::max(kv_len, args.cache.lengths[s] + tokens.count(s));
+      kv_len = std::max(kv_len, args.cache.lengths[s] + (args.appends() ? tokens.count(s) : 0));
     }
     const SdpaArgs<T, KvT, KvT> sdpa_args = attention_args(args, buf, kv_len);
     const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
@@ -548,8 +645,49 @@ class GatedMultiHeadAttention {
     return gated_attention::run_phase(sdpa_args, sdpa_ws, sdpa_phase, workers.ith, workers.nth);
   }
 
+  // kExchange (context parallel): one worker hands this process's part to the exchange and keeps
+  // what it returns for kMergeParts; that worker returns the exchange's error, the others report
+  // it in kMergeParts.
+  Status exchange_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
+                        const Workers& workers) const {
+    if (!args.context_parallel.enabled()) return Status::ok();
+    Status status;
+    workers.for_tasks(1, [&](std::int64_t, int) {
+      const ContextParallel<T>& cp = args.context_parallel;
+      const AttentionPart<T> local{part_out_view(args, buf), part_lse_view(args, buf)};
+      const AttentionPart<T>* parts = nullptr;
+      std::int64_t num_parts = 0;
+      status = cp.exchange(cp.context, local, &parts, &num_parts);
+      *buf.exchanged = status.is_ok() ? ExchangedParts{parts, num_parts, StatusCode::ok}
+                                      : ExchangedParts{nullptr, -1, status.code()};
+    });
+    return status;
+  }
+
+  // kMergeParts (context parallel): the gathered parts merged and gated into the attention output.
+  Status merge_parts_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf,
+                           const Workers& workers) const {
+    if (!args.context_parallel.enabled()) return Status::ok();
+    const ExchangedParts exchanged = *buf.exchanged;
+    if (exchanged.num_parts < 0) {
+      return Status::error(exchanged.error,
+                           "context_parallel.exchange: failed (the worker that called it "
+                           "returned its error)");
+    }
+    MergeAttentionArgs<T> merge;
+    merge.parts = exchanged.parts;
+    merge.num_parts = exchanged.num_parts;
+    merge.out = attention_out(args, buf);
+    merge.gate = gate_spec(args, buf);
+    if (workers.executor != nullptr) {
+      return gated_attention::run(merge, Workspace(nullptr, 0), *workers.executor);
+    }
+    return gated_attention::run_phase(merge, Workspace(nullptr, 0), 0, workers.ith, workers.nth);
+  }
+
   // kCommit: each sequence's cache length advances by its new tokens.
   void commit_phase(const BlockForwardArgs<T, KvT>& args, const Workers& workers) const {
+    if (!args.appends()) return;
     workers.for_tasks(1, [&](std::int64_t, int) {
       const NewTokens tokens = args.tokens();
       for (std::int64_t s = 0; s < tokens.batch(); ++s) args.cache.lengths[s] += tokens.count(s);
