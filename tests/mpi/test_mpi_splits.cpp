@@ -10,8 +10,9 @@
 //     appending rank moves from step to step: some ranks start empty), packed sequences of
 //     different lengths, prefill, chunks and decode, in every gate mode; ContextParallel's
 //     exchange is one MPI_Allgather per step; every rank's y must equal the unsplit block's;
-//   bad input: a rank whose shard is invalid makes every rank return the error before any
-//     collective (no rank left waiting).
+//   bad input: a rank whose shard is invalid, or whose part of the cache cannot take the tokens it
+//     must append, makes every rank return the error before any collective (no rank left
+//     waiting).
 // Every rank computes the unsplit result itself. Exit status 0 when every rank agrees.
 // The C API only: Open MPI's deprecated C++ bindings do not compile warning-free.
 #define OMPI_SKIP_MPICXX 1
@@ -311,6 +312,31 @@ int refused_everywhere() {
   return all_ok(s) ? 1 : 0;  // must be refused on every rank
 }
 
+// Context parallel, rank 0's part has no room for the tokens it must append: every rank checks
+// can_implement and agrees before the call, so all skip it and none waits in the exchange.
+int context_refused_everywhere() {
+  const ga::BlockConfig c = small_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  Rng rng = make_rng(3524);
+  const Model<float> m = make_model<float>(c, rng);
+  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
+  Cache<float> part(c, 1, 4);
+  part.lengths = {rank_of() == 0 ? 4 : 1};
+  const std::vector<float> x = random_vector<float>(rng, c.hidden_size, -1.0, 1.0);
+  const Positions pos = positions_from(1, 1, 8);
+  std::vector<float> y(static_cast<std::size_t>(c.hidden_size));
+  MpiExchange exchange;
+  ga::BlockForwardArgs<float> args;
+  args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {1, 1, c.hidden_size});
+  args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {1, 1});
+  args.cache = part.view();
+  args.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, 1, c.hidden_size});
+  args.context_parallel = {&MpiExchange::exchange, &exchange, rank_of() == 0};
+  const ga::Status s = block.can_implement(args);
+  if (rank_of() == 0 && s.is_ok()) return 1;
+  if (all_ok(s)) return 1;  // must be refused on every rank, before any exchange
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -328,6 +354,7 @@ int main(int argc, char** argv) {
     failures += context_parallel_block(gate);
   }
   failures += refused_everywhere();
+  failures += context_refused_everywhere();
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank_of() == 0) {

@@ -50,7 +50,9 @@ namespace gated_attention {
 // the same x and positions. Each attends over its own keys (no gate): a part, the ungated output
 // and its log-sum-exp; exchange gathers every process's part; the merge adds them up and applies
 // the gate; then o_proj. One process per call appends the new tokens (appends_new_tokens); moving
-// that role from step to step spreads the cache over the processes.
+// that role from step to step spreads the cache over the processes. Every process checks
+// can_implement() and they agree before the call: one that fails returns before its exchange,
+// and its peers would wait in theirs.
 template <class T>
 struct ContextParallel {
   // Gathers the parts of every process, this one's `local` included (views into the workspace),
