@@ -10,10 +10,7 @@
 // rank sends.
 //
 //   mpirun -np 2 distributed_attention [--context N] [--steps N]
-// The C API only: Open MPI's deprecated C++ bindings do not compile warning-free.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "mpi_context_exchange.hpp"  // includes <mpi.h>, C API only
 
 #include <gated_attention/gated_attention.hpp>
 
@@ -77,6 +74,27 @@ void fail(const ga::Status& s) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+// Random weights of the layer (no biases), scaled by 1 / sqrt(hidden), and their views.
+struct RandomWeights {
+  std::vector<float> wq, wk, wv, wo, norms;
+  ga::BlockWeights<float> views;
+
+  RandomWeights(const ga::BlockConfig& c, std::mt19937& rng) {
+    const std::int64_t hid = c.hidden_size;
+    const float s = 1.0f / std::sqrt(static_cast<float>(hid));
+    wq = random_values(rng, c.q_proj_rows() * hid, s);
+    wk = random_values(rng, c.kv_width() * hid, s);
+    wv = random_values(rng, c.kv_width() * hid, s);
+    wo = random_values(rng, hid * c.q_width(), s);
+    norms = random_values(rng, c.head_dim, 0.1f);
+    views.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
+    views.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
+    views.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
+    views.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
+    views.maybe_q_norm = views.maybe_k_norm = norms.data();
+  }
+};
+
 // One sequence's layer and its cache (or, context parallel, its part of the cache).
 struct Layer {
   ga::BlockConfig config;
@@ -118,19 +136,9 @@ struct Layer {
 bool tensor_parallel(const ga::BlockConfig& c, std::int64_t prompt, std::int64_t steps) {
   std::mt19937 rng(11);  // the same weights and tokens on every rank
   const std::int64_t hid = c.hidden_size;
-  const float s = 1.0f / std::sqrt(static_cast<float>(hid));
-  const std::vector<float> wq = random_values(rng, c.q_proj_rows() * hid, s),
-                           wk = random_values(rng, c.kv_width() * hid, s),
-                           wv = random_values(rng, c.kv_width() * hid, s),
-                           wo = random_values(rng, hid * c.q_width(), s),
-                           norms = random_values(rng, c.head_dim, 0.1f),
-                           x = random_values(rng, (prompt + steps) * hid, 1.0f);
-  ga::BlockWeights<float> w;
-  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
-  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
-  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
-  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
-  w.maybe_q_norm = w.maybe_k_norm = norms.data();
+  const RandomWeights weights(c, rng);
+  const ga::BlockWeights<float>& w = weights.views;
+  const std::vector<float> x = random_values(rng, (prompt + steps) * hid, 1.0f);
   const int r = rank_of(), n = std::min<int>(size_of(), static_cast<int>(c.num_kv_heads));
   const bool holds = r < n;  // ranks past the KV heads add zeros
   ga::BlockConfig sc = c;
@@ -168,69 +176,16 @@ bool tensor_parallel(const ga::BlockConfig& c, std::int64_t prompt, std::int64_t
   return worst <= kAgreement;
 }
 
-// ContextParallel::exchange over MPI: this rank's part (output, then lse) to every rank in one
-// MPI_Allgather, timed after a barrier; the parts are views of what arrived.
-struct MpiExchange {
-  std::vector<float> sent, gathered;
-  std::vector<ga::AttentionPart<float>> parts;
-  double seconds = 0.0;   // in MPI_Allgather, summed over calls
-  std::size_t bytes = 0;  // sent per call
-
-  static ga::Status exchange(void* context, const ga::AttentionPart<float>& local,
-                             const ga::AttentionPart<float>** parts, std::int64_t* num_parts) {
-    MpiExchange& x = *static_cast<MpiExchange*>(context);
-    const auto& e = local.out.extents;  // [1, 1, kv_heads, group, d] for one decode token
-    const std::int64_t rows = e[0] * e[1] * e[2] * e[3], part = rows * (e[4] + 1);
-    x.sent.resize(static_cast<std::size_t>(part));
-    float* out = x.sent.data();
-    float* lse = out + rows * e[4];
-    for (std::int64_t h = 0; h < e[2]; ++h) {
-      for (std::int64_t j = 0; j < e[3]; ++j) {
-        *lse++ = local.lse(0, 0, h, j);
-        for (std::int64_t k = 0; k < e[4]; ++k) *out++ = local.out(0, 0, h, j, k);
-      }
-    }
-    const int n = size_of();
-    x.gathered.resize(static_cast<std::size_t>(part * n));
-    MPI_Barrier(MPI_COMM_WORLD);  // the exchange timed alone, not the wait for the slowest rank
-    const double t0 = now();
-    MPI_Allgather(x.sent.data(), static_cast<int>(part), MPI_FLOAT, x.gathered.data(),
-                  static_cast<int>(part), MPI_FLOAT, MPI_COMM_WORLD);
-    x.seconds += now() - t0;
-    x.bytes = x.sent.size() * sizeof(float);
-    x.parts.clear();
-    for (int p = 0; p < n; ++p) {
-      const float* from = x.gathered.data() + p * part;
-      x.parts.push_back({ga::TensorView<const float, 5>::contiguous(from, e),
-                         ga::TensorView<const float, 4>::contiguous(from + rows * e[4],
-                                                                    {e[0], e[1], e[2], e[3]})});
-    }
-    *parts = x.parts.data();
-    *num_parts = n;
-    return ga::Status::ok();
-  }
-};
-
 // Decode steps of the block over `context` cached tokens (random K/V) split in token ranges over
 // the ranks; rank t % n appends step t's token. Every rank also runs the unsplit layer.
 bool context_parallel(const ga::BlockConfig& c, std::int64_t context, std::int64_t steps) {
   std::mt19937 rng(12);  // the same weights, cache and tokens on every rank
   const std::int64_t hid = c.hidden_size, row = c.kv_width();
-  const float s = 1.0f / std::sqrt(static_cast<float>(hid));
-  const std::vector<float> wq = random_values(rng, c.q_proj_rows() * hid, s),
-                           wk = random_values(rng, c.kv_width() * hid, s),
-                           wv = random_values(rng, c.kv_width() * hid, s),
-                           wo = random_values(rng, hid * c.q_width(), s),
-                           norms = random_values(rng, c.head_dim, 0.1f),
-                           x = random_values(rng, (steps + 1) * hid, 1.0f),
+  const RandomWeights weights(c, rng);
+  const ga::BlockWeights<float>& w = weights.views;
+  const std::vector<float> x = random_values(rng, (steps + 1) * hid, 1.0f),
                            k = random_values(rng, context * row, 1.0f),
                            v = random_values(rng, context * row, 1.0f);
-  ga::BlockWeights<float> w;
-  w.q_proj = ga::TensorView<const float, 2>::contiguous(wq.data(), {c.q_proj_rows(), hid});
-  w.k_proj = ga::TensorView<const float, 2>::contiguous(wk.data(), {c.kv_width(), hid});
-  w.v_proj = ga::TensorView<const float, 2>::contiguous(wv.data(), {c.kv_width(), hid});
-  w.o_proj = ga::TensorView<const float, 2>::contiguous(wo.data(), {hid, c.q_width()});
-  w.maybe_q_norm = w.maybe_k_norm = norms.data();
   const int r = rank_of(), n = size_of();
   const std::int64_t lo = context * r / n, hi = context * (r + 1) / n;
   Layer whole(c, w, context + steps + 1), part(c, w, hi - lo + steps + 1);
@@ -240,15 +195,15 @@ bool context_parallel(const ga::BlockConfig& c, std::int64_t context, std::int64
   std::copy(v.begin() + lo * row, v.begin() + hi * row, part.v.begin());
   whole.length = context;
   part.length = hi - lo;
-  MpiExchange exchange;
+  MpiContextExchange exchange;
   double compute = 0.0, gather = 0.0, worst = 0.0;
   for (std::int64_t t = 0; t <= steps; ++t) {  // step 0 warms up
     const std::int64_t position = whole.length;
     const std::vector<float> expected = whole.step(x.data() + t * hid, 1, position);
     const double gathered_before = exchange.seconds;
     const double t0 = now();
-    const std::vector<float> y =
-        part.step(x.data() + t * hid, 1, position, {&MpiExchange::exchange, &exchange, t % n == r});
+    const std::vector<float> y = part.step(x.data() + t * hid, 1, position,
+                                           {&MpiContextExchange::exchange, &exchange, t % n == r});
     const double t1 = now(), in_gather = exchange.seconds - gathered_before;
     worst = std::max(worst, relative_difference(y, expected));
     if (t > 0) compute += slowest(t1 - t0 - in_gather), gather += slowest(in_gather);
@@ -290,7 +245,9 @@ int main(int argc, char** argv) {
   if (rank_of() == 0) {
     std::printf("%d ranks, path %s\n", size_of(), ga::sdpa_path());
   }
-  const bool agree = tensor_parallel(c, /*prompt=*/64, steps) & context_parallel(c, context, steps);
+  const bool heads_agree = tensor_parallel(c, /*prompt=*/64, steps);
+  const bool context_agrees = context_parallel(c, context, steps);
+  const bool agree = heads_agree && context_agrees;
   if (rank_of() == 0) std::printf("%s\n", agree ? "agree" : "DISAGREE");
   MPI_Finalize();
   return agree ? 0 : 1;

@@ -14,10 +14,7 @@
 //     must append, makes every rank return the error before any collective (no rank left
 //     waiting).
 // Every rank computes the unsplit result itself. Exit status 0 when every rank agrees.
-// The C API only: Open MPI's deprecated C++ bindings do not compile warning-free.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "mpi_context_exchange.hpp"  // the example's exchange; includes <mpi.h>, C API only
 
 #include <gated_attention/gated_attention.hpp>
 
@@ -205,47 +202,6 @@ int context_parallel(Sinks sink_mode, ga::GateMode gate_mode) {
   return failures;
 }
 
-// ContextParallel::exchange over MPI: this rank's part (output then lse) to every rank in one
-// MPI_Allgather; the parts are views of what arrived.
-struct MpiExchange {
-  std::vector<float> sent, gathered;
-  std::vector<ga::AttentionPart<float>> parts;
-
-  static ga::Status exchange(void* context, const ga::AttentionPart<float>& local,
-                             const ga::AttentionPart<float>** parts, std::int64_t* num_parts) {
-    MpiExchange& x = *static_cast<MpiExchange*>(context);
-    const auto& e = local.out.extents;
-    const std::int64_t rows = e[0] * e[1] * e[2] * e[3], part = rows * (e[4] + 1);
-    x.sent.resize(static_cast<std::size_t>(part));
-    float* out = x.sent.data();
-    float* lse = out + rows * e[4];
-    for (std::int64_t i = 0; i < e[0]; ++i) {
-      for (std::int64_t t = 0; t < e[1]; ++t) {
-        for (std::int64_t h = 0; h < e[2]; ++h) {
-          for (std::int64_t j = 0; j < e[3]; ++j, ++lse) {
-            *lse = local.lse(i, t, h, j);
-            for (std::int64_t k = 0; k < e[4]; ++k) *out++ = local.out(i, t, h, j, k);
-          }
-        }
-      }
-    }
-    const int n = size_of();
-    x.gathered.resize(static_cast<std::size_t>(part * n));
-    MPI_Allgather(x.sent.data(), static_cast<int>(part), MPI_FLOAT, x.gathered.data(),
-                  static_cast<int>(part), MPI_FLOAT, MPI_COMM_WORLD);
-    x.parts.clear();
-    for (int p = 0; p < n; ++p) {
-      const float* from = x.gathered.data() + p * part;
-      x.parts.push_back({ga::TensorView<const float, 5>::contiguous(from, e),
-                         ga::TensorView<const float, 4>::contiguous(from + rows * e[4],
-                                                                    {e[0], e[1], e[2], e[3]})});
-    }
-    *parts = x.parts.data();
-    *num_parts = n;
-    return ga::Status::ok();
-  }
-};
-
 // One packed step of 2 sequences through `block`: y, or an error in *status.
 std::vector<float> packed_step(const ga::GatedMultiHeadAttention<float>& block,
                                const std::vector<float>& x, const std::vector<std::int32_t>& cu,
@@ -273,7 +229,7 @@ int context_parallel_block(ga::GateMode mode) {
   const ga::GatedMultiHeadAttention<float> block(c, m.weights());
   const std::vector<std::array<std::int32_t, 2>> steps = {{6, 3}, {4, 5}, {1, 1}, {1, 1}, {0, 1}};
   Cache<float> whole(c, 2, 16), part(c, 2, 16);
-  MpiExchange exchange;
+  MpiContextExchange exchange;
   int failures = 0;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     std::vector<std::int32_t> cu = {0, steps[i][0], steps[i][0] + steps[i][1]};
@@ -285,8 +241,8 @@ int context_parallel_block(ga::GateMode mode) {
     ga::Status ws, ps;
     const std::vector<float> expected = packed_step(block, x, cu, pos, whole.view(), {}, &ws);
     const bool appends = static_cast<int>(i) % size_of() == rank_of();
-    const std::vector<float> y = packed_step(block, x, cu, pos, part.view(),
-                                             {&MpiExchange::exchange, &exchange, appends}, &ps);
+    const std::vector<float> y = packed_step(
+        block, x, cu, pos, part.view(), {&MpiContextExchange::exchange, &exchange, appends}, &ps);
     if (!all_ok(ws.is_ok() ? ps : ws)) return failures + 1;
     const double worst = max_tolerance_ratio(y, expected, kAtol, kRtol);
     if (!(worst <= 1.0)) {
@@ -324,13 +280,13 @@ int context_refused_everywhere() {
   const std::vector<float> x = random_vector<float>(rng, c.hidden_size, -1.0, 1.0);
   const Positions pos = positions_from(1, 1, 8);
   std::vector<float> y(static_cast<std::size_t>(c.hidden_size));
-  MpiExchange exchange;
+  MpiContextExchange exchange;
   ga::BlockForwardArgs<float> args;
   args.x = ga::TensorView<const float, 3>::contiguous(x.data(), {1, 1, c.hidden_size});
   args.positions = ga::TensorView<const std::int64_t, 2>::contiguous(pos.data(), {1, 1});
   args.cache = part.view();
   args.y = ga::TensorView<float, 3>::contiguous(y.data(), {1, 1, c.hidden_size});
-  args.context_parallel = {&MpiExchange::exchange, &exchange, rank_of() == 0};
+  args.context_parallel = {&MpiContextExchange::exchange, &exchange, rank_of() == 0};
   const ga::Status s = block.can_implement(args);
   if (rank_of() == 0 && s.is_ok()) return 1;
   if (all_ok(s)) return 1;  // must be refused on every rank, before any exchange
