@@ -80,11 +80,13 @@ Step make_step(const ga::BlockConfig& c, const std::vector<std::int32_t>& counts
   return st;
 }
 
-ga::BlockForwardArgs<float> step_args(const ga::BlockConfig& c, const Step& st,
-                                      const ga::KvCacheView<float>& cache, std::vector<float>& y) {
+template <class KvT>
+ga::BlockForwardArgs<float, KvT> step_args(const ga::BlockConfig& c, const Step& st,
+                                           const ga::KvCacheView<KvT>& cache,
+                                           std::vector<float>& y) {
   const std::int64_t hid = c.hidden_size;
   y.assign(static_cast<std::size_t>(st.total * hid), 0.0f);
-  ga::BlockForwardArgs<float> args;
+  ga::BlockForwardArgs<float, KvT> args;
   args.x = ga::TensorView<const float, 3>::contiguous(st.x.data(), {1, st.total, hid});
   args.positions =
       ga::TensorView<const std::int64_t, 2>::contiguous(st.positions.data(), {1, st.total});
@@ -96,8 +98,9 @@ ga::BlockForwardArgs<float> step_args(const ga::BlockConfig& c, const Step& st,
 }
 
 // One rank's call: forward() on `executor`, or run_phase() with two workers in turn.
-ga::Status run_rank(const ga::GatedMultiHeadAttention<float>& block,
-                    const ga::BlockForwardArgs<float>& args, std::vector<std::byte>& ws,
+template <class KvT>
+ga::Status run_rank(const ga::GatedMultiHeadAttention<float, KvT>& block,
+                    const ga::BlockForwardArgs<float, KvT>& args, std::vector<std::byte>& ws,
                     const ga::Executor& executor, bool phases) {
   if (!phases) {
     ws.resize(block.workspace_size(args, executor));
@@ -114,14 +117,16 @@ ga::Status run_rank(const ga::GatedMultiHeadAttention<float>& block,
   return ga::Status::ok();
 }
 
-// Runs kSteps over `ranks` ranks and the unsplit block; returns the worst tolerance ratio.
+// Runs kSteps over `ranks` ranks and the unsplit block, the cache in KvT; returns the worst
+// tolerance ratio.
+template <class KvT = float>
 double context_parallel_steps(const ga::BlockConfig& c, int ranks, bool phases,
                               std::uint64_t salt) {
   Rng rng = make_rng(salt);
   const Model<float> m = make_model<float>(c, rng);
-  const ga::GatedMultiHeadAttention<float> block(c, m.weights());
-  Cache<float> whole(c, 2, kCapacity);
-  std::vector<Cache<float>> parts(static_cast<std::size_t>(ranks), Cache<float>(c, 2, kCapacity));
+  const ga::GatedMultiHeadAttention<float, KvT> block(c, m.weights());
+  Cache<KvT> whole(c, 2, kCapacity);
+  std::vector<Cache<KvT>> parts(static_cast<std::size_t>(ranks), Cache<KvT>(c, 2, kCapacity));
   ga::ThreadPool pool(2);
   double worst = 0.0;
   for (std::size_t i = 0; i < kSteps.size(); ++i) {
@@ -138,7 +143,7 @@ double context_parallel_steps(const ga::BlockConfig& c, int ranks, bool phases,
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r) {
       const auto u = static_cast<std::size_t>(r);
-      ga::BlockForwardArgs<float> args = step_args(c, st, parts[u].view(), ys[u]);
+      ga::BlockForwardArgs<float, KvT> args = step_args(c, st, parts[u].view(), ys[u]);
       args.context_parallel = {&Rank::exchange, &contexts[u], r == static_cast<int>(i) % ranks};
       threads.emplace_back([&, args, u] {
         const ga::Executor executor = u == 0 ? pool.executor() : ga::Executor{};
@@ -156,7 +161,7 @@ double context_parallel_steps(const ga::BlockConfig& c, int ranks, bool phases,
   // The parts hold every key once.
   for (std::size_t s = 0; s < 2; ++s) {
     std::int64_t held = 0;
-    for (const Cache<float>& part : parts) held += part.lengths[s];
+    for (const Cache<KvT>& part : parts) held += part.lengths[s];
     CHECK(held == whole.lengths[s]);
   }
   return worst;
@@ -179,6 +184,17 @@ TEST_CASE("Context parallel block: the ranks' merged parts equal the unsplit blo
           CHECK(context_parallel_steps(c, ranks, phases, salt++) <= 1.0);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("Context parallel block: a bf16 cache", "[block][context_parallel]") {
+  // The parts hold the same rounded keys as the unsplit cache: the f32 tolerance holds.
+  const ga::BlockConfig c = small_config(ga::GateMode::elementwise, ga::QGateLayout::qwen3_next);
+  for (int ranks : {2, 3}) {
+    for (bool phases : {false, true}) {
+      INFO(ranks << " ranks, " << (phases ? "run_phase" : "forward"));
+      CHECK(context_parallel_steps<ga::bf16>(c, ranks, phases, 3550 + ranks) <= 1.0);
     }
   }
 }
