@@ -272,20 +272,21 @@ class GatedMultiHeadAttention {
         a.maybe_k_scales.extents[1] = a.maybe_v_scales.extents[1] = kv_len_extent;
       }
     }
-    a.out = attention_out(args, buf);
     a.scale = c.scale;
-    a.mask = Mask::causal();
     a.maybe_kv_lens = buf.kv_lens;
-    a.gate = gate_spec(args, buf);
     a.stats = args.stats;
     a.dot_precision = args.dot_precision;
-    if (args.context_parallel.enabled()) {  // a part: ungated, with its lse
-      a.gate = {};
-      // Keys cached before this call precede every new query; the new ones, causal.
-      a.mask = args.appends() ? Mask::causal() : Mask::none();
-      a.out = part_out_view(args, buf);
-      a.maybe_lse = part_lse_view(args, buf);
+    if (!args.context_parallel.enabled()) {
+      a.out = attention_out(args, buf);
+      a.mask = Mask::causal();
+      a.gate = gate_spec(args, buf);
+      return a;
     }
+    // Context parallel, a part: ungated, with its lse. Keys cached before this call precede every
+    // new query; the new ones (where this process appends them) are causal.
+    a.out = part_out_view(args, buf);
+    a.mask = args.appends() ? Mask::causal() : Mask::none();
+    a.maybe_lse = part_lse_view(args, buf);
     return a;
   }
 
@@ -632,10 +633,9 @@ class GatedMultiHeadAttention {
   // follow each sequence's own length). forward() runs the whole op at phase 0.
   Status attention_phase(const BlockForwardArgs<T, KvT>& args, const Buffers& buf, int sdpa_phase,
                          const Workers& workers) const {
-    const NewTokens tokens = args.tokens();
-    std::int64_t kv_len = 0;
-    for (std::int64_t s = 0; s < tokens.batch(); ++s) {
-      kv_len = std::max(kv_len, args.cache.lengths[s] + (args.appends() ? tokens.count(s) : 0));
+    std::int64_t kv_len = 0;  // buf.kv_lens: written by kPrepare
+    for (std::int64_t s = 0; s < args.tokens().batch(); ++s) {
+      kv_len = std::max(kv_len, buf.kv_lens[s]);
     }
     const SdpaArgs<T, KvT, KvT> sdpa_args = attention_args(args, buf, kv_len);
     const Workspace sdpa_ws(buf.sdpa, buf.sdpa_bytes);
