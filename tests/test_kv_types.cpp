@@ -258,11 +258,18 @@ TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming 
   std::vector<float> scales(p.k_stored.scales);
   a = good;
   a.maybe_k_scales.data = scales.data();
-  for (float bad : {-1.0f, kNaN, kInf}) {
-    scales[(1 * 40 + 7) * 2 + 1] = bad;  // entry 1, key 7, kv head 1
-    refused(a, "k_scales: batch 1, position 7, kv head 1: expected a finite scale >= 0");
+  // Entry 1's 25 keys x 2 heads are scanned 16 floats at a time, then a tail of 2: a bad scale in
+  // the first block, a later one, and the tail.
+  for (const int key : {7, 12, 24}) {
+    for (float bad : {-1.0f, kNaN, kInf}) {
+      scales[(1 * 40 + key) * 2 + 1] = bad;  // entry 1, kv head 1
+      refused(a, ("k_scales: batch 1, position " + std::to_string(key) +
+                  ", kv head 1: expected a finite scale >= 0")
+                     .c_str());
+    }
+    scales[(1 * 40 + key) * 2 + 1] = -0.0f;  // zero, with its sign bit: a scale of 0
+    CHECK(ga::can_implement(a).is_ok());
   }
-  scales[(1 * 40 + 7) * 2 + 1] = 1.0f;
   scales[(1 * 40 + 30) * 2 + 1] = kNaN;  // past entry 1's 25 keys: never read, not checked
   CHECK(ga::can_implement(a).is_ok());
 

@@ -30,8 +30,15 @@
 #include "gated_attention/core/status.hpp"
 #include "gated_attention/core/tensor_view.hpp"
 #include "gated_attention/core/validate.hpp"
+#include "gated_attention/dispatch/cpu.hpp"
 #include "gated_attention/ops/heads.hpp"
 #include "gated_attention/ops/output_gate_args.hpp"
+
+#if GATED_ATTENTION_X86
+#include <emmintrin.h>
+#elif GATED_ATTENTION_AARCH64
+#include <arm_neon.h>
+#endif
 
 namespace gated_attention {
 
@@ -321,6 +328,35 @@ Status check_row_scales(const char* name, const char* tensor, const TensorView<c
   return check_view(name, s, extents, kKvRowDims, InnerStride::any);
 }
 
+// Whether every one of the n floats at `scales` is finite and >= 0 (a zero of either sign
+// included). Every call checks the scales of every row it attends to, so this runs on the vectors
+// every CPU of the architecture has (SSE2, NEON), which need no target flags (performance-notes
+// "int8 decode: the row-scale check on SSE2/NEON vectors").
+inline bool all_scales_good(const float* scales, std::int64_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  std::int64_t i = 0;
+  bool ok = true;
+#if GATED_ATTENTION_X86
+  const __m128 zero = _mm_setzero_ps(), max = _mm_set1_ps(kMax);
+  __m128 good = _mm_castsi128_ps(_mm_set1_epi32(-1));
+  for (; i + 4 <= n; i += 4) {
+    const __m128 x = _mm_loadu_ps(scales + i);  // NaN: both compares false
+    good = _mm_and_ps(good, _mm_and_ps(_mm_cmpge_ps(x, zero), _mm_cmple_ps(x, max)));
+  }
+  ok = _mm_movemask_ps(good) == 0xF;
+#elif GATED_ATTENTION_AARCH64
+  uint32x4_t good = vdupq_n_u32(~0u);
+  for (; i + 4 <= n; i += 4) {
+    const float32x4_t x = vld1q_f32(scales + i);
+    good = vandq_u32(good,
+                     vandq_u32(vcgeq_f32(x, vdupq_n_f32(0.0f)), vcleq_f32(x, vdupq_n_f32(kMax))));
+  }
+  ok = vminvq_u32(good) != 0;
+#endif
+  for (; i < n; ++i) ok &= (scales[i] >= 0.0f) & (scales[i] <= kMax);
+  return ok;
+}
+
 // Rows [0, count) of index `index` of a row-scale view (an entry, or a page), finite and >= 0;
 // an error names entry b and its position first + n.
 inline Status check_scale_rows(const char* name, const TensorView<const float, 3>& s,
@@ -329,10 +365,7 @@ inline Status check_scale_rows(const char* name, const TensorView<const float, 3
   const auto good = [](float x) { return x >= 0.0f && x <= std::numeric_limits<float>::max(); };
   const std::int64_t heads = s.extents[2];
   if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
-    const float* rows = &s.data[index * s.strides[0]];
-    bool ok = true;
-    for (std::int64_t i = 0; i < count * heads; ++i) ok &= good(rows[i]);
-    if (ok) return Status::ok();
+    if (all_scales_good(&s.data[index * s.strides[0]], count * heads)) return Status::ok();
   }
   for (std::int64_t n = 0; n < count; ++n) {
     for (std::int64_t h = 0; h < heads; ++h) {
