@@ -185,12 +185,26 @@ inline constexpr bool is_activation_type_v =
 namespace detail {
 // The largest |x| of a row of d values; NaN if the row holds NaN or Inf.
 inline float row_max_abs(const float* x, std::int64_t d) {
-  float max_abs = 0.0f, non_finite = 0.0f;
-  for (std::int64_t i = 0; i < d; ++i) {
-    max_abs = std::max(max_abs, std::fabs(x[i]));
-    non_finite += x[i] * 0.0f;  // 0 for finite x, NaN for NaN and +-Inf
+  // kWays independent chains (a max waits for the one before it); the result does not depend on
+  // the order.
+  constexpr int kWays = 8;
+  float max_abs[kWays] = {}, non_finite[kWays] = {};
+  std::int64_t i = 0;
+  for (; i + kWays <= d; i += kWays) {
+    for (int j = 0; j < kWays; ++j) {
+      max_abs[j] = std::max(max_abs[j], std::fabs(x[i + j]));
+      non_finite[j] += x[i + j] * 0.0f;  // 0 for finite x, NaN for NaN and +-Inf
+    }
   }
-  return max_abs + non_finite;
+  for (int j = 0; j < kWays && i + j < d; ++j) {
+    max_abs[j] = std::max(max_abs[j], std::fabs(x[i + j]));
+    non_finite[j] += x[i + j] * 0.0f;
+  }
+  for (int j = 1; j < kWays; ++j) {
+    max_abs[0] = std::max(max_abs[0], max_abs[j]);
+    non_finite[0] += non_finite[j];
+  }
+  return max_abs[0] + non_finite[0];
 }
 }  // namespace detail
 

@@ -331,7 +331,7 @@ Status check_row_scales(const char* name, const char* tensor, const TensorView<c
 // Whether every one of the n floats at `scales` is finite and >= 0 (a zero of either sign
 // included). Every call checks the scales of every row it attends to, so this runs on the vectors
 // every CPU of the architecture has (SSE2, NEON), which need no target flags (performance-notes
-// "int8 decode: the row-scale check on SSE2/NEON vectors").
+// "int8 decode: the row-scale check on SSE2/NEON vectors, the query rows' maxima").
 inline bool all_scales_good(const float* scales, std::int64_t n) {
   constexpr float kMax = std::numeric_limits<float>::max();
   std::int64_t i = 0;
