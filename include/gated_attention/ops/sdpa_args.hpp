@@ -328,10 +328,15 @@ Status check_row_scales(const char* name, const char* tensor, const TensorView<c
   return check_view(name, s, extents, kKvRowDims, InnerStride::any);
 }
 
-// Whether every one of the n floats at `scales` is finite and >= 0 (a zero of either sign
-// included). Every call checks the scales of every row it attends to, so this runs on the vectors
-// every CPU of the architecture has (SSE2, NEON), which need no target flags (performance-notes
-// "int8 decode: the row-scale check on SSE2/NEON vectors, the query rows' maxima").
+// Whether a row scale is finite and >= 0 (a zero of either sign included; NaN fails both).
+inline bool scale_good(float x) {
+  return (x >= 0.0f) & (x <= std::numeric_limits<float>::max());
+}
+
+// Whether every one of the n floats at `scales` is scale_good. Every call checks the scales of
+// every row it attends to, so this runs on the vectors every CPU of the architecture has (SSE2,
+// NEON), which need no target flags (performance-notes "int8 decode: the row-scale check on
+// SSE2/NEON vectors, the query rows' maxima").
 inline bool all_scales_good(const float* scales, std::int64_t n) {
   constexpr float kMax = std::numeric_limits<float>::max();
   std::int64_t i = 0;
@@ -340,7 +345,7 @@ inline bool all_scales_good(const float* scales, std::int64_t n) {
   const __m128 zero = _mm_setzero_ps(), max = _mm_set1_ps(kMax);
   __m128 good = _mm_castsi128_ps(_mm_set1_epi32(-1));
   for (; i + 4 <= n; i += 4) {
-    const __m128 x = _mm_loadu_ps(scales + i);  // NaN: both compares false
+    const __m128 x = _mm_loadu_ps(scales + i);
     good = _mm_and_ps(good, _mm_and_ps(_mm_cmpge_ps(x, zero), _mm_cmple_ps(x, max)));
   }
   ok = _mm_movemask_ps(good) == 0xF;
@@ -353,7 +358,7 @@ inline bool all_scales_good(const float* scales, std::int64_t n) {
   }
   ok = vminvq_u32(good) != 0;
 #endif
-  for (; i < n; ++i) ok &= (scales[i] >= 0.0f) & (scales[i] <= kMax);
+  for (; i < n; ++i) ok &= scale_good(scales[i]);
   return ok;
 }
 
@@ -362,7 +367,6 @@ inline bool all_scales_good(const float* scales, std::int64_t n) {
 inline Status check_scale_rows(const char* name, const TensorView<const float, 3>& s,
                                std::int64_t index, std::int64_t count, std::int64_t b,
                                std::int64_t first) {
-  const auto good = [](float x) { return x >= 0.0f && x <= std::numeric_limits<float>::max(); };
   const std::int64_t heads = s.extents[2];
   if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
     if (all_scales_good(&s.data[index * s.strides[0]], count * heads)) return Status::ok();
@@ -370,7 +374,7 @@ inline Status check_scale_rows(const char* name, const TensorView<const float, 3
   for (std::int64_t n = 0; n < count; ++n) {
     for (std::int64_t h = 0; h < heads; ++h) {
       const float x = s(index, n, h);
-      if (good(x)) continue;
+      if (scale_good(x)) continue;
       return Status::error(StatusCode::invalid_argument,
                            "%s: batch %lld, position %lld, kv head %lld: expected a finite scale "
                            ">= 0, got %g",
