@@ -20,7 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -228,6 +231,63 @@ TEST_CASE("dispatch: the dot instructions where they are faster, by CPU family",
   const char* env = std::getenv("GATED_ATTENTION_DOT_INSTRUCTIONS");
   if (env == nullptr) CHECK(ga::dot_instructions() == DotInstructions::where_faster);
 }
+
+#if GATED_ATTENTION_X86
+// The int8 storage dot's query rows (StorageDot<int8_t>::pack_query, by vectors) against
+// detail::quantize_query_row, which round_query_row and the reference use: the same bytes, the
+// same offset -128 sum(q) and the same scale, bit for bit.
+TEST_CASE("sdpa: the int8 storage dot packs query rows as quantize_query_row rounds them",
+          "[sdpa][kv_types]") {
+  namespace ga = gated_attention;
+  if (!ga::detail::has_avx512_bf16_region_features(ga::cpu_features())) {
+    SUCCEED("no avx512_bf16 region on this CPU");
+    return;
+  }
+  using Dot = ga::kernels::avx512_bf16::StorageDot<std::int8_t>;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const std::int64_t d : {128, 256, 80, 33, 1}) {
+    const std::int64_t padded = (d + 15) / 16 * 16;
+    const auto cases = [&](int which, std::vector<float>& row) {
+      for (std::int64_t i = 0; i < d; ++i) row[i] = uniform(rng) * (which == 1 ? 1e-39f : 3.0f);
+      if (which == 2) {  // ties at 127 / max = 1: halves round to even
+        for (std::int64_t i = 0; i < d; ++i) row[i] = static_cast<float>(i % 9) - 4.5f;
+        row[0] = -127.0f;
+      }
+      if (which == 3) std::fill(row.begin(), row.begin() + d, 0.0f);
+      if (which == 4) row[d - 1] = nan;
+      if (which == 5) row[d / 2] = -inf;
+    };
+    for (int which = 0; which < 6; ++which) {
+      std::vector<float> row(static_cast<std::size_t>(padded), -7.0f);
+      cases(which, row);
+      std::int8_t q[ga::kMaxHeadDim] = {};
+      const float scale = ga::detail::quantize_query_row(row.data(), d, q);
+      std::int32_t sum = 0;
+      for (std::int64_t i = 0; i < d; ++i) sum += q[i];
+      Dot::pack_query(row.data(), d, padded);
+      INFO("d " << d << ", case " << which);
+      std::vector<std::int8_t> bytes(static_cast<std::size_t>(padded));
+      std::memcpy(bytes.data(), row.data(), bytes.size());
+      for (std::int64_t i = 0; i < padded; ++i) {
+        INFO("byte " << i);
+        CHECK(static_cast<int>(bytes[i]) == (i < d ? static_cast<int>(q[i]) : 0));
+      }
+      std::int32_t offset = 0;
+      std::memcpy(&offset, row.data() + padded - 2, sizeof(offset));
+      CHECK(offset == -128 * sum);
+      if (std::isnan(scale)) {
+        CHECK(std::isnan(row[padded - 1]));
+        CHECK(which >= 4);
+      } else {
+        CHECK(row[padded - 1] == scale);
+      }
+    }
+  }
+}
+#endif
 
 TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming the view",
           "[sdpa][kv_types][validate]") {

@@ -122,6 +122,21 @@ TEST_CASE("store_kv: int8 rows with per-row scales reconstruct within half a ste
   CHECK(q.data[0] == std::int8_t(7));
 }
 
+TEST_CASE("store_kv: an int8 row below 127 / FLT_MAX stores about zero, no product overflows",
+          "[store_kv]") {
+  auto rng = make_rng(0x570a);
+  Tensor<float, 4> src({1, 1, 2, 16}, rng);
+  for (std::size_t i = 0; i < 16; ++i) src.data[i] = (i % 2 ? -1.0f : 1.0f) * 1e-38f * float(i);
+  Cache<std::int8_t> q(1, 1, 2, 16);
+  REQUIRE(ga::run(store_args(src, q, 0)).is_ok());
+  CHECK(std::isfinite(q.scales[0]));
+  for (std::size_t i = 0; i < 16; ++i) {
+    INFO("element " << i);
+    CHECK(std::abs(int{q.data[i]}) <= 127);
+    CHECK(std::fabs(q.scales[0] * q.data[i] - src.data[i]) <= 1e-36f);
+  }
+}
+
 TEST_CASE("store_kv: int8 refuses rows with NaN or Inf and writes nothing", "[store_kv]") {
   auto rng = make_rng(0x5709);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace gated_attention {
@@ -209,12 +210,14 @@ inline float row_max_abs(const float* x, std::int64_t d) {
 }  // namespace detail
 
 // Symmetric int8 rows: a row of largest magnitude max_abs is stored as q = x * 127 / max_abs
-// rounded to nearest even, with the scale max_abs / 127 (0 for a zero row).
+// rounded to nearest even, with the scale max_abs / 127 (0 for a zero row). Below 127 / FLT_MAX
+// the inverse is FLT_MAX (127 / max_abs would be infinite): every product x * inverse stays finite
+// and such a row is stored coarsely, each element within max_abs of its value.
 inline float int8_scale(float max_abs) {
   return max_abs / 127.0f;
 }
 inline float int8_inverse_scale(float max_abs) {
-  return max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+  return max_abs > 0.0f ? std::min(127.0f / max_abs, std::numeric_limits<float>::max()) : 0.0f;
 }
 // x (finite, |x| <= max_abs) quantised with inverse_scale = int8_inverse_scale(max_abs).
 inline std::int8_t quantize_int8(float x, float inverse_scale) {

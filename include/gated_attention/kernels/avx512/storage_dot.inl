@@ -271,16 +271,38 @@ struct StorageDot<std::int8_t> {
 
   // The row's scaled query (f32, d values) quantised as round_query_row does, at its start, zeros
   // up to `padded` bytes; then its offset and scale (see start). A row with NaN or Inf gets a NaN
-  // scale.
+  // scale (and q all 0). By vectors, with detail::quantize_query_row's values: the same exact
+  // maximum, products and ties-to-even rounding.
   static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
-    std::int8_t q[kMaxHeadDim] = {};
-    const float scale = gated_attention::detail::quantize_query_row(row, d, q);
-    std::int32_t sum = 0;
-    for (std::int64_t i = 0; i < d; ++i) sum += q[i];
-    const std::int32_t offset = -128 * sum;
-    std::memcpy(row, q, static_cast<std::size_t>(padded));
+    __m512 max_abs = _mm512_setzero_ps(), non_finite = _mm512_setzero_ps();
+    for (std::int64_t i = 0; i < d; i += 16) {
+      const __m512 x = _mm512_maskz_loadu_ps(lanes(d - i), row + i);
+      max_abs = _mm512_max_ps(max_abs, _mm512_abs_ps(x));
+      non_finite = _mm512_add_ps(non_finite, _mm512_mul_ps(x, _mm512_setzero_ps()));
+    }
+    const float max = _mm512_reduce_max_ps(max_abs) + _mm512_reduce_add_ps(non_finite);
+    auto* bytes = reinterpret_cast<std::int8_t*>(row);
+    if (!std::isfinite(max)) {
+      std::memset(bytes, 0, static_cast<std::size_t>(padded));
+      std::memset(row + padded - 2, 0, sizeof(float));
+      row[padded - 1] = std::numeric_limits<float>::quiet_NaN();
+      return;
+    }
+    const __m512 inverse = _mm512_set1_ps(gated_attention::int8_inverse_scale(max));
+    __m512i sum = _mm512_setzero_si512();
+    for (std::int64_t i = 0; i < d; i += 16) {  // bytes [i, i + 16) lie in floats already read
+      const __mmask16 m = lanes(d - i);
+      const __m512i q =
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + i), inverse));
+      const __m512i clamped =
+          _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      sum = _mm512_add_epi32(sum, clamped);
+      _mm512_mask_cvtepi32_storeu_epi8(bytes + i, m, clamped);
+    }
+    std::memset(bytes + d, 0, static_cast<std::size_t>(padded - d));
+    const std::int32_t offset = -128 * _mm512_reduce_add_epi32(sum);
     std::memcpy(row + padded - 2, &offset, sizeof(offset));
-    row[padded - 1] = scale;
+    row[padded - 1] = gated_attention::int8_scale(max);
   }
 
   // ---- P.V: the weights (P times the V scales) as u8 per block and row, vpdpbusd over quads of

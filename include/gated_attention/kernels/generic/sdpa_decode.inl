@@ -35,11 +35,12 @@ struct DecodeBlocks {
 
   // Each head's rows of queries, scaled by scale * log2(e) (or not: kScaleScores), zero-padded to
   // dk_padded and in the form the dot tiles read (Scores::finish_query); and the padded rows of
-  // S^T, which the dot tiles do not write, zeroed.
+  // S^T, which the dot tiles do not write, zeroed. The tiles read the unit's rows alone, so the
+  // rows past them (up to rows_v) are not packed: each task of a split unit packs its queries.
   static void pack_queries(const UnitWork<T, KT, VT>& u, std::int64_t stride) {
     const std::int64_t dkp = u.dk_padded(), depth = head_dim<kDk>(u.dk);
     for (std::int64_t h = 0; h < u.heads; ++h) {
-      for (std::int64_t r = 0; r < u.rows_v; ++r) {
+      for (std::int64_t r = 0; r < u.rows; ++r) {
         float* row = u.w.q_t + h * u.q_size() + r * dkp;
         u.scaled_query(h, r, depth, row, kScaleScores ? 1.0f : u.scale_log2, !Scores::kStorage);
         std::fill(row + depth, row + dkp, 0.0f);
