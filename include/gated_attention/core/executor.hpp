@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -76,11 +77,27 @@ inline void run_worker_share(std::int64_t num_tasks, TaskFn task, void* arg, int
   for (std::int64_t i = r.begin; i < r.end; ++i) task(arg, i, ith);
 }
 
+// One step of a spin-wait: a hint to the core that the thread is waiting (x86 pause, Arm yield).
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#else
+  std::this_thread::yield();
+#endif
+}
+
 // A fixed pool of num_threads workers: the thread calling parallel_for is worker 0, num_threads - 1
 // threads are started once. Tasks are handed out dynamically. Calls from several threads are
-// serialised. parallel_for allocates nothing.
+// serialised. parallel_for allocates nothing. Idle workers (and a caller waiting for them) spin
+// for about kSpinMicroseconds before they sleep: waking a sleeping thread costs tens of
+// microseconds on some hosts (docs/performance-notes.md, "Thread pool: spin before sleeping"), as
+// much as a short call, and calls of one forward pass follow each other more closely than that.
 class ThreadPool {
  public:
+  static constexpr std::int64_t kSpinMicroseconds = 1000;
+
   explicit ThreadPool(int num_threads) : num_workers_(std::max(1, num_threads)) {
     threads_.reserve(static_cast<std::size_t>(num_workers_ - 1));
     for (int w = 1; w < num_workers_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
@@ -90,7 +107,7 @@ class ThreadPool {
   ~ThreadPool() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
@@ -105,21 +122,40 @@ class ThreadPool {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // Spins until done() or about kSpinMicroseconds have passed; returns done().
+  template <class Done>
+  static bool spin_until(Done done) {
+    const Clock::time_point end = Clock::now() + std::chrono::microseconds(kSpinMicroseconds);
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (done()) return true;
+        spin_pause();
+      }
+      if (Clock::now() >= end) return done();
+    }
+  }
+
   void run(std::int64_t num_tasks, TaskFn task, void* arg) {
     std::lock_guard<std::mutex> serialise(call_mutex_);
+    bool sleepers = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       task_ = task;
       arg_ = arg;
       num_tasks_ = num_tasks;
       next_task_.store(0, std::memory_order_relaxed);
-      busy_workers_ = num_workers_ - 1;
-      ++generation_;
+      busy_workers_.store(num_workers_ - 1, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      sleepers = sleeping_workers_ > 0;
     }
-    wake_.notify_all();
+    if (sleepers) wake_.notify_all();
     drain(0);
+    const auto all_done = [this] { return busy_workers_.load(std::memory_order_acquire) == 0; };
+    if (spin_until(all_done)) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return busy_workers_ == 0; });
+    done_.wait(lock, all_done);
   }
 
   void drain(int worker) {
@@ -132,17 +168,23 @@ class ThreadPool {
 
   void worker_loop(int worker) {
     std::uint64_t seen = 0;
+    const auto called = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
-      {
+      if (!spin_until(called)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
+        ++sleeping_workers_;
+        wake_.wait(lock, called);
+        --sleeping_workers_;
       }
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
       drain(worker);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (--busy_workers_ == 0) done_.notify_one();
+      if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to sleep
+        done_.notify_one();
       }
     }
   }
@@ -150,16 +192,17 @@ class ThreadPool {
   const int num_workers_;
   std::vector<std::thread> threads_;
   std::mutex call_mutex_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards the sleeps (and the call's fields as they are set)
   std::condition_variable wake_;
   std::condition_variable done_;
   TaskFn task_ = nullptr;
   void* arg_ = nullptr;
   std::int64_t num_tasks_ = 0;
   std::atomic<std::int64_t> next_task_{0};
-  int busy_workers_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> busy_workers_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  int sleeping_workers_ = 0;  // under mutex_
 };
 
 }  // namespace gated_attention
