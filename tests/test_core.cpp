@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -217,6 +218,26 @@ TEST_CASE("Executors run every task exactly once with valid worker ids",
       CHECK(total == n);
       CHECK(t.worker_clash.load() == 0);
       CHECK(t.worker_out_of_range.load() == 0);
+    }
+  }
+  SECTION("thread pool, workers asleep between calls and a caller asleep until they finish") {
+    // Past the spin, the workers sleep between calls; a task longer than the spin puts the caller
+    // to sleep until the last worker is done.
+    ga::ThreadPool pool(3);
+    const ga::Executor ex = pool.executor();
+    const auto spin = std::chrono::microseconds(ga::ThreadPool::kSpinMicroseconds);
+    for (int round = 0; round < 4; ++round) {
+      std::this_thread::sleep_for(2 * spin);
+      Tally t(n, 3);
+      ex.run(n, &Tally::task, &t);
+      for (auto& r : t.runs) CHECK(r.load() == 1);
+      CHECK(t.worker_clash.load() == 0);
+      std::atomic<int> done{0};
+      ga::parallel_for(ex, 3, [&](std::int64_t i, int) {
+        if (i == 2) std::this_thread::sleep_for(3 * spin);
+        ++done;
+      });
+      CHECK(done.load() == 3);
     }
   }
   SECTION("ith/nth: each engine worker runs its share") {
