@@ -39,13 +39,14 @@ GATED_ATTENTION_ALWAYS_INLINE void prefetch_line_l2(const void* p) {
 }
 
 // Rows [0, rows) of `bytes` bytes to be fetched: row i at first + i * stride_bytes, or where
-// `table` is set, at table[i] + shift_bytes (rows anywhere: small pages). Default-constructed:
-// none.
+// `table` is set, at table[i] + shift_bytes (rows anywhere: small pages); by_rows: LineCursor walks
+// them row by row rather than column by column. Default-constructed: none.
 struct RowPrefetch {
   const void* first = nullptr;
   std::int64_t stride_bytes = 0, rows = 0, bytes = 0;
   const void* const* table = nullptr;
   std::int64_t shift_bytes = 0;
+  bool by_rows = false;
 
   GATED_ATTENTION_ALWAYS_INLINE const char* row(std::int64_t i) const {
     return table != nullptr ? static_cast<const char*>(table[i]) + shift_bytes
@@ -74,9 +75,10 @@ struct RowPrefetch {
 };
 
 // Walks the lines of a RowPrefetch a few at a time, column by column (line j of every row, then
-// line j + 1): a phase's tiles fetch what the next phase reads in even shares, so that the fetches
-// spread over the phase. The orders and forms tried instead, all slower, are in
-// docs/performance-notes.md, "Decode prefetch: line cursor order".
+// line j + 1), or row by row where rows.by_rows: a phase's tiles fetch what the next phase reads in
+// even shares, so that the fetches spread over the phase. The orders and forms tried, and where
+// each is faster, are in docs/performance-notes.md, "Decode prefetch: line cursor order" and
+// "Decode prefetch: 8- and 16-bit rows in address order".
 struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;
@@ -88,6 +90,16 @@ struct LineCursor {
   GATED_ATTENTION_ALWAYS_INLINE void fetch(std::int64_t count) {
     for (count = count < left ? count : left, left -= count > 0 ? count : 0; count > 0; --count) {
       prefetch_line_l2(line);
+      if (rows.by_rows) {
+        offset += kCacheLineBytes;
+        if (offset < rows.bytes) {
+          line += kCacheLineBytes;
+          continue;
+        }
+        offset = 0;
+        if (++row < rows.rows) line = rows.row(row);
+        continue;
+      }
       if (++row == rows.rows) {
         row = 0;
         offset += kCacheLineBytes;

@@ -55,7 +55,9 @@ struct DecodeBlocks {
   // The rows [n, n + keys) of every head of K or V (`t`; dims: a row's length), none past the
   // task's keys or n's page, as one strided run of spans: one span per key where a key's heads lie
   // within its stride (as in [b, s, h, d]), else one per head. None for pages below the in-place
-  // minimum (table_block fetches through tables).
+  // minimum (table_block fetches through tables). Spans of 8- and 16-bit elements are fetched row
+  // by row, f32 ones column by column (docs/performance-notes.md, "Decode prefetch: 8- and 16-bit
+  // rows in address order").
   template <class E>
   static RowPrefetch block_rows(const UnitWork<T, KT, VT>& u, const TensorView<const E, 4>& t,
                                 std::int64_t n, std::int64_t keys, std::int64_t dims) {
@@ -66,11 +68,11 @@ struct DecodeBlocks {
     const KeyAt at = u.args.key_at(u.unit.batch, n);
     const E* first = &t(at.index, at.row, u.unit.kv_head, 0);
     const std::int64_t key_span = (u.heads - 1) * head_stride + dims;
-    if (key_span <= key_stride) {
-      return RowPrefetch{first, key_stride * kBytes, keys, key_span * kBytes};
-    }
-    return RowPrefetch{first, head_stride * kBytes, u.heads,
-                       ((keys - 1) * key_stride + dims) * kBytes};
+    RowPrefetch rows{first, head_stride * kBytes, u.heads,
+                     ((keys - 1) * key_stride + dims) * kBytes};
+    if (key_span <= key_stride) rows = {first, key_stride * kBytes, keys, key_span * kBytes};
+    rows.by_rows = kBytes < 4;
+    return rows;
   }
 
   // Head h's share of `rows` of `heads`, in order: what its P.V phase fetches.
