@@ -90,15 +90,18 @@ inline void spin_pause() {
 
 // A fixed pool of num_threads workers: the thread calling parallel_for is worker 0, num_threads - 1
 // threads are started once. Tasks are handed out dynamically. Calls from several threads are
-// serialised. parallel_for allocates nothing. Idle workers (and a caller waiting for them) spin
-// for about kSpinMicroseconds before they sleep: waking a sleeping thread costs tens of
+// serialised. parallel_for allocates nothing. Where the workers are no more than the hardware
+// threads, idle workers (and a caller waiting for them) spin for about kSpinMicroseconds before
+// they sleep, yielding between short runs of pauses: waking a sleeping thread costs tens of
 // microseconds on some hosts (docs/performance-notes.md, "Thread pool: spin before sleeping"), as
-// much as a short call, and calls of one forward pass follow each other more closely than that.
+// much as a short call.
 class ThreadPool {
  public:
-  static constexpr std::int64_t kSpinMicroseconds = 1000;
+  static constexpr std::int64_t kSpinMicroseconds = 200;
 
-  explicit ThreadPool(int num_threads) : num_workers_(std::max(1, num_threads)) {
+  explicit ThreadPool(int num_threads)
+      : num_workers_(std::max(1, num_threads)),
+        spins_(static_cast<unsigned>(num_workers_) <= std::thread::hardware_concurrency()) {
     threads_.reserve(static_cast<std::size_t>(num_workers_ - 1));
     for (int w = 1; w < num_workers_; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
   }
@@ -124,16 +127,19 @@ class ThreadPool {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // Spins until done() or about kSpinMicroseconds have passed; returns done().
+  // Spins until done() or about kSpinMicroseconds have passed (not at all where !spins_); returns
+  // done().
   template <class Done>
-  static bool spin_until(Done done) {
+  bool spin_until(Done done) const {
+    if (!spins_) return done();
     const Clock::time_point end = Clock::now() + std::chrono::microseconds(kSpinMicroseconds);
     for (;;) {
-      for (int i = 0; i < 64; ++i) {
+      for (int i = 0; i < 4; ++i) {
         if (done()) return true;
         spin_pause();
       }
       if (Clock::now() >= end) return done();
+      std::this_thread::yield();
     }
   }
 
@@ -190,6 +196,7 @@ class ThreadPool {
   }
 
   const int num_workers_;
+  const bool spins_;  // idle threads spin before they sleep
   std::vector<std::thread> threads_;
   std::mutex call_mutex_;
   std::mutex mutex_;  // guards the sleeps (and the call's fields as they are set)
