@@ -552,6 +552,21 @@ struct Pages {
     }
   }
 
+  // One token's [heads] or [heads, d] elements (raw pointers: cheap in unoptimised builds).
+  template <class E, std::size_t Rank>
+  static void copy_token(const E* from, const std::array<std::int64_t, Rank>& from_strides, E* to,
+                         const std::array<std::int64_t, Rank>& to_strides,
+                         const std::array<std::int64_t, Rank>& extents) {
+    const std::int64_t inner = Rank == 4 ? extents[Rank - 1] : 1;
+    const std::int64_t from_step = Rank == 4 ? from_strides[Rank - 1] : 0;
+    const std::int64_t to_step = Rank == 4 ? to_strides[Rank - 1] : 0;
+    for (std::int64_t h = 0; h < extents[2]; ++h) {
+      const E* src = from + h * from_strides[2];
+      E* dst = to + h * to_strides[2];
+      for (std::int64_t x = 0; x < inner; ++x) dst[x * to_step] = src[x * from_step];
+    }
+  }
+
   // `from` [b, kv_len, heads, d] copied into a pool of E; the written view.
   template <class E, int Rank>
   TensorView<const E, Rank> copy(const TensorView<const E, Rank>& from, std::vector<std::byte>& to,
@@ -563,23 +578,18 @@ struct Pages {
     for (std::int64_t x : e) count *= x;
     to.assign(static_cast<std::size_t>(count) * sizeof(E), std::byte{0});
     auto pool = TensorView<E, Rank>::contiguous(reinterpret_cast<E*>(to.data()), e);
-    for_each_index(e, [&](const auto& i) { pool[i] = garbage; });
+    std::fill(pool.data, pool.data + count, garbage);
     const std::int64_t batch = from.extents[0];
     for (std::int64_t b = 0; b < batch; ++b) {
       for (std::int64_t i = 0; i < max_pages; ++i) {
         const std::int32_t page = table[static_cast<std::size_t>(b * max_pages + i)];
         if (page < 0) continue;
-        auto one_page = e;
-        one_page[0] = 1;
-        for_each_index(one_page, [&](const auto& at) {
-          const std::int64_t key = i * page_size + at[1];
-          if (key >= from.extents[1]) return;
-          auto src = at, dst = at;
-          src[0] = b;
-          src[1] = key;
-          dst[0] = page;
-          pool[dst] = from[src];
-        });
+        const std::int64_t keys = std::min(page_size, from.extents[1] - i * page_size);
+        for (std::int64_t slot = 0; slot < keys; ++slot) {
+          copy_token(from.data + b * from.strides[0] + (i * page_size + slot) * from.strides[1],
+                     from.strides, pool.data + page * pool.strides[0] + slot * pool.strides[1],
+                     pool.strides, e);
+        }
       }
     }
     return pool;

@@ -126,10 +126,12 @@ void for_each_index(const std::array<std::int64_t, Rank>& extents, F&& f) {
     if (e == 0) return;
   }
   std::array<std::int64_t, Rank> index{};
+  std::int64_t* at = index.data();  // raw pointers: cheap in unoptimised (sanitizer) builds
+  const std::int64_t* end = extents.data();
   for (;;) {
     f(index);
     int d = static_cast<int>(Rank) - 1;
-    while (d >= 0 && ++index[d] == extents[d]) index[d--] = 0;
+    while (d >= 0 && ++at[d] == end[d]) at[d--] = 0;
     if (d < 0) return;
   }
 }

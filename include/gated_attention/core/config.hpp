@@ -32,6 +32,13 @@
 #define GATED_ATTENTION_UNROLL_PARTLY _Pragma("GCC unroll 4")
 #endif
 
+// 1 (default): sdpa kernels compiled for the common head dims (64, 80, 96, 128, 256) beside the
+// run-time one. 0: the run-time one alone, for every head dim: much less code to compile, slower
+// calls. The same value in every unit of a program (docs/design.md, "Compile-time head dims").
+#ifndef GATED_ATTENTION_COMPILE_TIME_HEAD_DIMS
+#define GATED_ATTENTION_COMPILE_TIME_HEAD_DIMS 1
+#endif
+
 namespace gated_attention {
 
 // One cache line (bytes): the alignment of every workspace allocation and of per-worker scratch,

@@ -60,9 +60,10 @@ struct TensorView {
   constexpr std::int64_t offset(I... index) const {
     static_assert(sizeof...(I) == Rank, "one index per dimension");
     const std::int64_t idx[] = {static_cast<std::int64_t>(index)...};
+    const std::int64_t* step = strides.data();
     std::int64_t off = 0;
     GATED_ATTENTION_UNROLL
-    for (int i = 0; i < Rank; ++i) off += idx[i] * strides[i];
+    for (int i = 0; i < Rank; ++i) off += idx[i] * step[i];
     return off;
   }
 
@@ -71,10 +72,14 @@ struct TensorView {
     return data[offset(index...)];
   }
 
+  // Through raw pointers: unoptimised (sanitizer) builds would call std::array's operator[] at
+  // every use.
   constexpr T& operator[](const Index& index) const {
+    const std::int64_t* at = index.data();
+    const std::int64_t* step = strides.data();
     std::int64_t off = 0;
     GATED_ATTENTION_UNROLL
-    for (int i = 0; i < Rank; ++i) off += index[i] * strides[i];
+    for (int i = 0; i < Rank; ++i) off += at[i] * step[i];
     return data[off];
   }
 

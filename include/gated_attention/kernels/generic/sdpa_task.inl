@@ -98,24 +98,16 @@ struct SdpaKernel {
   }
 };
 
-// The task function for a head-dim pair: compile-time dims for the common sizes.
+// The task function for a head-dim pair: compile-time dims for the common sizes (unless
+// GATED_ATTENTION_COMPILE_TIME_HEAD_DIMS is 0).
 template <class T, class KT, class VT, bool kRoundWeights>
 TaskFn sdpa_task_fn_of_dims(std::int64_t dk, std::int64_t dv) {
-  if (dk == dv) {
-    switch (dk) {
-      case 64:
-        return &SdpaKernel<T, KT, VT, 64, 64, kRoundWeights>::task;
-      case 80:
-        return &SdpaKernel<T, KT, VT, 80, 80, kRoundWeights>::task;
-      case 96:
-        return &SdpaKernel<T, KT, VT, 96, 96, kRoundWeights>::task;
-      case 128:
-        return &SdpaKernel<T, KT, VT, 128, 128, kRoundWeights>::task;
-      case 256:
-        return &SdpaKernel<T, KT, VT, 256, 256, kRoundWeights>::task;
-      default:
-        break;
-    }
+  if constexpr (GATED_ATTENTION_COMPILE_TIME_HEAD_DIMS != 0) {
+    if (dk == dv && dk == 64) return &SdpaKernel<T, KT, VT, 64, 64, kRoundWeights>::task;
+    if (dk == dv && dk == 80) return &SdpaKernel<T, KT, VT, 80, 80, kRoundWeights>::task;
+    if (dk == dv && dk == 96) return &SdpaKernel<T, KT, VT, 96, 96, kRoundWeights>::task;
+    if (dk == dv && dk == 128) return &SdpaKernel<T, KT, VT, 128, 128, kRoundWeights>::task;
+    if (dk == dv && dk == 256) return &SdpaKernel<T, KT, VT, 256, 256, kRoundWeights>::task;
   }
   return &SdpaKernel<T, KT, VT, 0, 0, kRoundWeights>::task;
 }
