@@ -103,11 +103,20 @@ struct SdpaKernel {
 template <class T, class KT, class VT, bool kRoundWeights>
 TaskFn sdpa_task_fn_of_dims(std::int64_t dk, std::int64_t dv) {
   if constexpr (GATED_ATTENTION_COMPILE_TIME_HEAD_DIMS != 0) {
-    if (dk == dv && dk == 64) return &SdpaKernel<T, KT, VT, 64, 64, kRoundWeights>::task;
-    if (dk == dv && dk == 80) return &SdpaKernel<T, KT, VT, 80, 80, kRoundWeights>::task;
-    if (dk == dv && dk == 96) return &SdpaKernel<T, KT, VT, 96, 96, kRoundWeights>::task;
-    if (dk == dv && dk == 128) return &SdpaKernel<T, KT, VT, 128, 128, kRoundWeights>::task;
-    if (dk == dv && dk == 256) return &SdpaKernel<T, KT, VT, 256, 256, kRoundWeights>::task;
+    switch (dk == dv ? dk : 0) {
+      case 64:
+        return &SdpaKernel<T, KT, VT, 64, 64, kRoundWeights>::task;
+      case 80:
+        return &SdpaKernel<T, KT, VT, 80, 80, kRoundWeights>::task;
+      case 96:
+        return &SdpaKernel<T, KT, VT, 96, 96, kRoundWeights>::task;
+      case 128:
+        return &SdpaKernel<T, KT, VT, 128, 128, kRoundWeights>::task;
+      case 256:
+        return &SdpaKernel<T, KT, VT, 256, 256, kRoundWeights>::task;
+      default:
+        break;
+    }
   }
   return &SdpaKernel<T, KT, VT, 0, 0, kRoundWeights>::task;
 }
