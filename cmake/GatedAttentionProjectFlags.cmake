@@ -16,13 +16,18 @@ function(gated_attention_project_options target)
   endif()
 endfunction()
 
-# An OBJECT library `name` holding the kernels, generated units that build in parallel
+# A library `name` holding the kernels (OBJECT, or SHARED with GATED_ATTENTION_KERNELS_SHARED),
+# generated units that build in parallel
 # (gated_attention/instantiate_kernels.hpp): one per ISA path for the f32 kernels, and with
 # `typed` one per path and group of type combinations (GATED_ATTENTION_TYPED_KERNELS_<n>), so that
 # no unit takes long; a path the platform lacks compiles to nothing. Targets linking it define
 # GATED_ATTENTION_EXTERN_KERNELS, and with `typed` GATED_ATTENTION_EXTERN_TYPED_KERNELS.
 function(gated_attention_add_kernels_library name typed)
-  add_library(${name} OBJECT)
+  if(GATED_ATTENTION_KERNELS_SHARED)
+    add_library(${name} SHARED)
+  else()
+    add_library(${name} OBJECT)
+  endif()
   foreach(path SCALAR AVX2 AVX512 NEON)
     string(TOLOWER ${path} isa)
     set(unit ${CMAKE_CURRENT_BINARY_DIR}/${name}_${isa}.cpp)
