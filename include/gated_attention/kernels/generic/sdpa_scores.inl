@@ -388,6 +388,11 @@ struct ScoreTiles {
       }
     }
     ahead.fetch(lines - per_step * steps);
+    if constexpr (Dot::kTileSums && KB * RB == 16) {  // the sums and scales in Dot's lanes
+      Dot::template store_tile_sums<KB, RB>(acc, q_rows, q_stride, scales.first, scales.stride,
+                                            scores, row_stride);
+      return;
+    }
     V sums[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -477,19 +482,29 @@ struct ScoreTiles {
     }
   }
 
-  // A group of `rows` <= RB rows, by its compile-time row count.
+  // Where head h's operands of a decode block lie: its keys, query rows, S^T and K scales at h
+  // times these strides from head 0's.
+  struct HeadStrides {
+    std::int64_t heads, keys, queries, scores, key_scales;
+  };
+
+  // One tile step of keys (num_keys <= its keys) for every head, a group of `rows` <= RB rows
+  // (by its compile-time row count), head 0's operands at keys, q_rows, s, scales.
   template <class Rows, int RB = kDotTileRows>
-  static void dot_group(std::int64_t rows, const Rows& keys, std::int64_t num_keys,
-                        const float* q_rows, std::int64_t q_stride, std::int64_t dk, float* s,
-                        std::int64_t row_stride, RowScales scales, LineCursor& ahead,
-                        std::int64_t lines_per_tile) {
+  static void dot_group(std::int64_t rows, const HeadStrides& hs, const Rows& keys,
+                        std::int64_t num_keys, const float* q_rows, std::int64_t q_stride,
+                        std::int64_t dk, float* s, std::int64_t row_stride, RowScales scales,
+                        LineCursor& ahead, std::int64_t lines_per_tile) {
     if constexpr (RB > 0) {
-      if (rows == RB) {
-        dot_rows<RB>(keys, num_keys, q_rows, q_stride, dk, s, row_stride, scales, ahead,
-                     lines_per_tile);
-      } else {
-        dot_group<Rows, RB - 1>(rows, keys, num_keys, q_rows, q_stride, dk, s, row_stride, scales,
-                                ahead, lines_per_tile);
+      if (rows != RB) {
+        return dot_group<Rows, RB - 1>(rows, hs, keys, num_keys, q_rows, q_stride, dk, s,
+                                       row_stride, scales, ahead, lines_per_tile);
+      }
+      for (std::int64_t h = 0; h < hs.heads; ++h) {
+        RowScales head_scales = scales;
+        if (head_scales.first != nullptr) head_scales.first += h * hs.key_scales;
+        dot_rows<RB>(keys.shifted(h * hs.keys), num_keys, q_rows + h * hs.queries, q_stride, dk,
+                     s + h * hs.scores, row_stride, head_scales, ahead, lines_per_tile);
       }
     }
   }
@@ -514,18 +529,14 @@ struct ScoreTiles {
     const std::int64_t tiles = heads * groups * ((num_keys + step - 1) / step);
     LineCursor cursor{ahead};
     const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
+    const HeadStrides hs{heads, key_head_stride, q_head_stride, s_head_stride,
+                         key_scale_head_stride};
     for (std::int64_t n = 0; n < num_keys; n += step) {
       const std::int64_t count = std::min<std::int64_t>(step, num_keys - n);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        RowScales head_scales = key_scales.advanced(n);
-        if (head_scales.first != nullptr) head_scales.first += h * key_scale_head_stride;
-        for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
-          dot_group(std::min<std::int64_t>(kDotTileRows, rows - r),
-                    keys.shifted(h * key_head_stride).advanced(n), count,
-                    q_rows + h * q_head_stride + r * q_stride, q_stride, dk,
-                    s + h * s_head_stride + n * row_stride + r, row_stride, head_scales, cursor,
-                    lines_per_tile);
-        }
+      for (std::int64_t r = 0; r < rows; r += kDotTileRows) {
+        dot_group(std::min<std::int64_t>(kDotTileRows, rows - r), hs, keys.advanced(n), count,
+                  q_rows + r * q_stride, q_stride, dk, s + n * row_stride + r, row_stride,
+                  key_scales.advanced(n), cursor, lines_per_tile);
       }
     }
     cursor.fetch_rest();
