@@ -79,32 +79,61 @@ struct Simd {
   // out[k * stride + r] = reduce_add(v[k][r]) for 4 x 4 vectors, as one transpose-and-add tree.
   GATED_ATTENTION_ALWAYS_INLINE static void reduce_add_4x4(const V (&v)[4][4], float* out,
                                                            std::int64_t stride) {
-    const V* x = &v[0][0];  // x[i], i = 4 k + r
-    V a[8], b[4], c[2];
-    GATED_ATTENTION_UNROLL
-    for (int i = 0; i < 8; ++i) {  // a[i]: lanes 0-7 fold x[2i], lanes 8-15 fold x[2i+1]
-      a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x44),
-                           _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xEE));
-    }
-    GATED_ATTENTION_UNROLL
-    for (int j = 0; j < 4; ++j) {  // b[j]: 128-bit lane q folds x[4j + q]
-      b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0x88),
-                           _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], 0xDD));
-    }
-    GATED_ATTENTION_UNROLL
-    for (int k = 0; k < 2; ++k) {  // c[k], lane q: 2 partials of x[8k + q], then of x[8k + 4 + q]
-      c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x44),
-                           _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xEE));
-    }
-    // Lane q, element e: the sum of x[q + 4 e]; permuted so that element i holds x[i].
-    const V sums =
-        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const V ordered = _mm512_permutexvar_ps(order, sums);
+    const V ordered = fold_16(&v[0][0]);
     _mm_storeu_ps(out, _mm512_castps512_ps128(ordered));
     _mm_storeu_ps(out + stride, _mm512_extractf32x4_ps(ordered, 1));
     _mm_storeu_ps(out + 2 * stride, _mm512_extractf32x4_ps(ordered, 2));
     _mm_storeu_ps(out + 3 * stride, _mm512_extractf32x4_ps(ordered, 3));
+  }
+  // Element i: the sum of the lanes of x[i], for 16 vectors W of f32 (__m512) or int32 (__m512i)
+  // lanes, by a tree of 30 shuffles, 15 adds and one permutation.
+  template <class W>
+  GATED_ATTENTION_ALWAYS_INLINE static W fold_16(const W* x) {
+    W a[8], b[4], c[2];
+    GATED_ATTENTION_UNROLL
+    for (int i = 0; i < 8; ++i) {  // a[i]: lanes 0-7 fold x[2i], lanes 8-15 fold x[2i+1]
+      a[i] = fold_add(shuffle_blocks<0x44>(x[2 * i], x[2 * i + 1]),
+                      shuffle_blocks<0xEE>(x[2 * i], x[2 * i + 1]));
+    }
+    GATED_ATTENTION_UNROLL
+    for (int j = 0; j < 4; ++j) {  // b[j]: 128-bit lane q folds x[4j + q]
+      b[j] = fold_add(shuffle_blocks<0x88>(a[2 * j], a[2 * j + 1]),
+                      shuffle_blocks<0xDD>(a[2 * j], a[2 * j + 1]));
+    }
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < 2; ++k) {  // c[k], lane q: 2 partials of x[8k + q], then of x[8k + 4 + q]
+      c[k] = fold_add(shuffle_words<0x44>(b[2 * k], b[2 * k + 1]),
+                      shuffle_words<0xEE>(b[2 * k], b[2 * k + 1]));
+    }
+    // Lane q, element e: the sum of x[q + 4 e]; permuted so that element i holds x[i].
+    const W sums = fold_add(shuffle_words<0x88>(c[0], c[1]), shuffle_words<0xDD>(c[0], c[1]));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return permute_words(order, sums);
+  }
+  // fold_16's steps on either lane type: add, 128-bit blocks and 32-bit words of two vectors
+  // (as _mm512_shuffle_f32x4 and _mm512_shuffle_ps), a permutation of words.
+  static __m512 fold_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512i fold_add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+  template <int kImm>
+  static __m512 shuffle_blocks(__m512 a, __m512 b) {
+    return _mm512_shuffle_f32x4(a, b, kImm);
+  }
+  template <int kImm>
+  static __m512i shuffle_blocks(__m512i a, __m512i b) {
+    return _mm512_shuffle_i32x4(a, b, kImm);
+  }
+  template <int kImm>
+  static __m512 shuffle_words(__m512 a, __m512 b) {
+    return _mm512_shuffle_ps(a, b, kImm);
+  }
+  template <int kImm>
+  static __m512i shuffle_words(__m512i a, __m512i b) {
+    return _mm512_castps_si512(
+        _mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), kImm));
+  }
+  static __m512 permute_words(__m512i order, __m512 x) { return _mm512_permutexvar_ps(order, x); }
+  static __m512i permute_words(__m512i order, __m512i x) {
+    return _mm512_permutexvar_epi32(order, x);
   }
   // v with adjacent groups of `width` lanes swapped (width 1, 2, 4 or 8).
   static V swap_groups(V v, int width) {

@@ -267,7 +267,7 @@ struct StorageDot<std::int8_t> {
   }
   static Acc dot(Acc acc, Raw k, Raw q) { return _mm512_dpbusd_epi32(acc, k, q); }
   static __m512 finish(Acc acc, const float* row, std::int64_t padded) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(row[padded - 1]));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(query_scale(row, padded)));
   }
 
   // The row's scaled query (f32, d values) quantised as round_query_row does, at its start, zeros
@@ -306,62 +306,29 @@ struct StorageDot<std::int8_t> {
     row[padded - 1] = gated_attention::int8_scale(max);
   }
 
-  // S^T of a tile of KB keys by RB rows (KB * RB = 16) at scores[k * row_stride + r]: the lanes of
-  // each acc[k][r] summed as integers (a 4 x 4 tree), then one product by q's row scale times
-  // the key's scale (RowScales: key k's at key_scales[k * key_scale_stride]).
+  // S^T of a tile of KB keys by RB rows (KB * RB = 16, row_stride = RB) at scores[k * RB + r]:
+  // the lanes of each acc[k][r] summed as integers, then one product by q's row scale times the
+  // key's scale (key k's at key_scales[k * key_scale_stride]).
   static constexpr bool kTileSums = true;
   template <int KB, int RB>
   GATED_ATTENTION_ALWAYS_INLINE static void store_tile_sums(
       const Acc (&acc)[KB][RB], const float* q_rows, std::int64_t q_stride, const float* key_scales,
-      std::int64_t key_scale_stride, float* scores, std::int64_t row_stride) {
+      std::int64_t key_scale_stride, float* scores) {
     static_assert(KB * RB == 16, "a tile of 16 sums");
-    const __m512i* x = &acc[0][0];  // x[i], i = RB k + r
-    __m512i a[8], b[4], c[2];
-    GATED_ATTENTION_UNROLL
-    for (int i = 0; i < 8; ++i) {  // a[i]: lanes 0-7 fold x[2i], lanes 8-15 fold x[2i+1]
-      a[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0x44),
-                              _mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], 0xEE));
-    }
-    GATED_ATTENTION_UNROLL
-    for (int j = 0; j < 4; ++j) {  // b[j]: 128-bit lane q folds x[4j + q]
-      b[j] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * j], a[2 * j + 1], 0x88),
-                              _mm512_shuffle_i32x4(a[2 * j], a[2 * j + 1], 0xDD));
-    }
-    GATED_ATTENTION_UNROLL
-    for (int k = 0; k < 2; ++k) {  // c[k], lane q: 2 partials of x[8k + q], then of x[8k + 4 + q]
-      c[k] = _mm512_add_epi32(shuffle_words<0x44>(b[2 * k], b[2 * k + 1]),
-                              shuffle_words<0xEE>(b[2 * k], b[2 * k + 1]));
-    }
-    const __m512i sums =
-        _mm512_add_epi32(shuffle_words<0x88>(c[0], c[1]), shuffle_words<0xDD>(c[0], c[1]));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i sums = Simd::fold_16(&acc[0][0]);
     alignas(64) float factors[16];
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
       const float key_scale = key_scales[k * key_scale_stride];
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
-        factors[k * RB + r] = key_scale * q_rows[r * q_stride + q_stride - 1];  // see finish
+        factors[k * RB + r] = key_scale * query_scale(q_rows + r * q_stride, q_stride);
       }
     }
-    const __m512 values = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, sums)),
-                                        _mm512_load_ps(factors));
-    if (row_stride == RB) {
-      _mm512_storeu_ps(scores, values);
-    } else {
-      alignas(64) float out[16];
-      _mm512_store_ps(out, values);
-      for (int k = 0; k < KB; ++k) {
-        for (int r = 0; r < RB; ++r) scores[k * row_stride + r] = out[k * RB + r];
-      }
-    }
+    _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_load_ps(factors)));
   }
-  // _mm512_shuffle_ps on 32-bit integer lanes.
-  template <int kImm>
-  static __m512i shuffle_words(__m512i a, __m512i b) {
-    return _mm512_castps_si512(
-        _mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), kImm));
-  }
+  // The scale of a row packed by pack_query (`padded` floats).
+  static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
 
   // ---- P.V: the weights (P times the V scales) as u8 per block and row, vpdpbusd over quads of
   // keys: V rows 4j..4j+3 interleaved byte by byte, the weights as 4 bytes per row ----

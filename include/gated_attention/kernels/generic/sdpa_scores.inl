@@ -389,9 +389,11 @@ struct ScoreTiles {
     }
     ahead.fetch(lines - per_step * steps);
     if constexpr (Dot::kTileSums && KB * RB == 16) {  // the sums and scales in Dot's lanes
-      Dot::template store_tile_sums<KB, RB>(acc, q_rows, q_stride, scales.first, scales.stride,
-                                            scores, row_stride);
-      return;
+      if (row_stride == RB) {
+        Dot::template store_tile_sums<KB, RB>(acc, q_rows, q_stride, scales.first, scales.stride,
+                                              scores);
+        return;
+      }
     }
     V sums[KB][RB];
     GATED_ATTENTION_UNROLL

@@ -3,8 +3,8 @@
 //   kAvailable: decode scores by Raw vectors of kStep elements: Acc acc = start(q row, padded),
 //     acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as f32 lanes
 //     whose sum is the score; pack_query(row, d, padded) stores a scaled query row so.
-//   kTileSums (where kAvailable): store_tile_sums writes a tile's 16 scores from its
-//     accumulators in place of finish and the f32 reduction.
+//   kTileSums (where kAvailable): store_tile_sums writes a tile's 16 scores (rows packed, the
+//     row stride its rows) from its accumulators in place of finish and the f32 reduction.
 //   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
 //   kDecodeBlock (where kAvailable or kWeights): keys per decode block.
 //   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
