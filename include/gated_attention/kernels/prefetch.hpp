@@ -78,7 +78,10 @@ struct RowPrefetch {
 // line j + 1), or row by row where rows.by_rows: a phase's tiles fetch what the next phase reads in
 // even shares, so that the fetches spread over the phase. The orders and forms tried, and where
 // each is faster, are in docs/performance-notes.md, "Decode prefetch: line cursor order" and
-// "Decode prefetch: 8- and 16-bit rows in address order".
+// "Decode prefetch: 8- and 16-bit rows in address order". A function that fetches through a
+// cursor it was passed by reference copies it and writes the copy back at its end: the copy's
+// fields stay in registers, where the reference's are loaded and stored for every line
+// (docs/performance-notes.md, "Decode: line cursors in registers").
 struct LineCursor {
   RowPrefetch rows;
   std::int64_t row = 0, offset = 0;

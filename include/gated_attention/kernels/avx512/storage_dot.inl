@@ -316,16 +316,27 @@ struct StorageDot<std::int8_t> {
       std::int64_t key_scale_stride, float* scores) {
     static_assert(KB * RB == 16, "a tile of 16 sums");
     const __m512i sums = Simd::fold_16(&acc[0][0]);
-    alignas(64) float factors[16];
+    // Lane k * RB + r: key k's scale, times row r's: by masked broadcasts (no scalar stores for
+    // one vector load).
+    __m512 keys = _mm512_setzero_ps(), rows = _mm512_setzero_ps();
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
-      const float key_scale = key_scales[k * key_scale_stride];
-      GATED_ATTENTION_UNROLL
-      for (int r = 0; r < RB; ++r) {
-        factors[k * RB + r] = key_scale * query_scale(q_rows + r * q_stride, q_stride);
-      }
+      keys = _mm512_mask_mov_ps(keys, static_cast<__mmask16>(((1u << RB) - 1u) << (k * RB)),
+                                _mm512_set1_ps(key_scales[k * key_scale_stride]));
     }
-    _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_load_ps(factors)));
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      rows = _mm512_mask_mov_ps(rows, static_cast<__mmask16>(first_row_lanes<KB, RB>() << r),
+                                _mm512_set1_ps(query_scale(q_rows + r * q_stride, q_stride)));
+    }
+    _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(keys, rows)));
+  }
+  // The lanes k * RB of a tile (row 0 of each key).
+  template <int KB, int RB>
+  static constexpr unsigned first_row_lanes() {
+    unsigned m = 0;
+    for (int k = 0; k < KB; ++k) m |= 1u << (k * RB);
+    return m;
   }
   // The scale of a row packed by pack_query (`padded` floats).
   static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
@@ -462,11 +473,13 @@ struct StorageDot<std::int8_t> {
                           std::int64_t num_keys, std::int64_t dv, float* out,
                           std::int64_t out_stride, LineCursor& cursor,
                           std::int64_t lines_per_quad) {
+    LineCursor local = cursor;  // see LineCursor: a local copy, in registers
     for (std::int64_t c = 0; c < dv; c += 64) {
       const int count = static_cast<int>(std::min<std::int64_t>(64, dv - c));
-      chunk<RB>(quads, stride, values.shifted(c), num_keys, count, out + c, out_stride, cursor,
+      chunk<RB>(quads, stride, values.shifted(c), num_keys, count, out + c, out_stride, local,
                 lines_per_quad);
     }
+    cursor = local;
   }
 
   template <class Rows, int RB = 4>

@@ -502,12 +502,14 @@ struct ScoreTiles {
         return dot_group<Rows, RB - 1>(rows, hs, keys, num_keys, q_rows, q_stride, dk, s,
                                        row_stride, scales, ahead, lines_per_tile);
       }
+      LineCursor cursor = ahead;  // see LineCursor: a local copy, in registers
       for (std::int64_t h = 0; h < hs.heads; ++h) {
         RowScales head_scales = scales;
         if (head_scales.first != nullptr) head_scales.first += h * hs.key_scales;
         dot_rows<RB>(keys.shifted(h * hs.keys), num_keys, q_rows + h * hs.queries, q_stride, dk,
-                     s + h * hs.scores, row_stride, head_scales, ahead, lines_per_tile);
+                     s + h * hs.scores, row_stride, head_scales, cursor, lines_per_tile);
       }
+      ahead = cursor;
     }
   }
 

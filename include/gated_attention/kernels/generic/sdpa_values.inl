@@ -355,14 +355,17 @@ struct ValueTiles {
                              std::int64_t lines_per_tile, LineCursor& next_values,
                              std::int64_t next_lines_per_tile) {
     constexpr std::int64_t kColumns = kInPlaceTileVectors * L;
+    LineCursor cursor = ahead, next = next_values;  // see LineCursor: local copies, in registers
     for (std::int64_t c = 0; c < kDv; c += kColumns) {
       for (std::int64_t r = 0; r < rows; r += kInPlaceTileRows) {
-        next_values.fetch(next_lines_per_tile);
+        next.fetch(next_lines_per_tile);
         in_place_rows<NK>(std::min<std::int64_t>(kInPlaceTileRows, rows - r), p + r, row_stride,
-                          values.shifted(c), num_keys, out + r * out_stride + c, out_stride, ahead,
+                          values.shifted(c), num_keys, out + r * out_stride + c, out_stride, cursor,
                           lines_per_tile);
       }
     }
+    ahead = cursor;
+    next_values = next;
   }
 
   // O += P V with V rows read in place, kInPlaceKeys keys at a time, each group's tiles fetching
