@@ -30,8 +30,17 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, 
     GATED_ATTENTION_UNROLL
     for (int j = 0; j < 4; ++j) acc[i][j] = S::zero();
   }
+  // The next tile's weight rows fetched into L2 at this tile's pace, a line per step of 64 bytes
+  // (none past the panel's last row; docs/performance-notes.md, "Decode projections: the next
+  // tile's weight rows fetched").
+  const bool fetch_next = o + 8 <= a.weight.extents[0];
+  const std::int64_t next = 4 * a.weight.strides[0];
   for (std::int64_t c = 0; c < in; c += S::kLanes) {
     const int n = static_cast<int>(std::min<std::int64_t>(S::kLanes, in - c));
+    if (fetch_next && c * static_cast<std::int64_t>(sizeof(W)) % kCacheLineBytes == 0) {
+      GATED_ATTENTION_UNROLL
+      for (int j = 0; j < 4; ++j) prefetch_line_l2(w[j] + next + c);
+    }
     S::V xv[R];
     GATED_ATTENTION_UNROLL
     for (int i = 0; i < R; ++i) xv[i] = load_row_part(x[i] + c, n);
