@@ -316,8 +316,8 @@ struct StorageDot<std::int8_t> {
       std::int64_t key_scale_stride, float* scores) {
     static_assert(KB * RB == 16, "a tile of 16 sums");
     const __m512i sums = Simd::fold_16(&acc[0][0]);
-    // Lane k * RB + r: key k's scale, times row r's: by masked broadcasts (no scalar stores for
-    // one vector load).
+    // Lane k * RB + r: key k's scale times row r's, from masked broadcasts (16 scalar stores
+    // read back as one vector would stall that load).
     __m512 keys = _mm512_setzero_ps(), rows = _mm512_setzero_ps();
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
