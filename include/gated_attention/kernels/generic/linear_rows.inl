@@ -12,9 +12,11 @@ constexpr int kLinearTileRows =
     Tuning::kTileAccumulators / 4 < 4 ? Tuning::kTileAccumulators / 4 : 4;
 
 // One tile: rows [r, r + R) of x against weight rows [o, o + wn), wn <= 4. A short tile repeats its
-// last weight row (in bounds) and stores only its own results.
+// last weight row (in bounds) and stores only its own results. first: the first tile of its row
+// block on these weight rows, which reads them from memory.
 template <int R, class W>
-void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, int wn) {
+void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, int wn,
+                 bool first) {
   using S = Simd;
   const std::int64_t in = a.x.extents[1];
   const float* x[R];
@@ -30,10 +32,10 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, 
     GATED_ATTENTION_UNROLL
     for (int j = 0; j < 4; ++j) acc[i][j] = S::zero();
   }
-  // The next tile's weight rows fetched into L2 at this tile's pace, a line per step of 64 bytes
+  // The first tile fetches the next weight rows into L2 at its pace, a line per step of 64 bytes
   // (none past the panel's last row; docs/performance-notes.md, "Decode projections: the next
   // tile's weight rows fetched").
-  const bool fetch_next = o + 8 <= a.weight.extents[0];
+  const bool fetch_next = first && o + 8 <= a.weight.extents[0];
   const std::int64_t next = 4 * a.weight.strides[0];
   for (std::int64_t c = 0; c < in; c += S::kLanes) {
     const int n = static_cast<int>(std::min<std::int64_t>(S::kLanes, in - c));
@@ -64,16 +66,16 @@ void linear_tile(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t o, 
 // Rows [r, r + rows) of x, rows <= kLinearTileRows, against weight rows [o, o + wn).
 template <class W>
 void linear_tile_rows(const LinearArgs<float, W>& a, std::int64_t r, std::int64_t rows,
-                      std::int64_t o, int wn) {
+                      std::int64_t o, int wn, bool first) {
   switch (rows) {
     case 1:
-      return linear_tile<1>(a, r, o, wn);
+      return linear_tile<1>(a, r, o, wn, first);
     case 2:
-      return linear_tile<2>(a, r, o, wn);
+      return linear_tile<2>(a, r, o, wn, first);
     case 3:
-      return linear_tile<3>(a, r, o, wn);
+      return linear_tile<3>(a, r, o, wn, first);
     default:
-      return linear_tile<kLinearTileRows>(a, r, o, wn);
+      return linear_tile<kLinearTileRows>(a, r, o, wn, first);
   }
 }
 
@@ -85,7 +87,7 @@ void linear_rows(const LinearArgs<float, W>& a) {
     for (std::int64_t o = 0; o < out; o += 4) {
       const int wn = static_cast<int>(std::min<std::int64_t>(4, out - o));
       for (std::int64_t r = r0; r < r1; r += kLinearTileRows) {
-        linear_tile_rows(a, r, std::min<std::int64_t>(kLinearTileRows, r1 - r), o, wn);
+        linear_tile_rows(a, r, std::min<std::int64_t>(kLinearTileRows, r1 - r), o, wn, r == r0);
       }
     }
   }
