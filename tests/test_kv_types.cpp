@@ -65,6 +65,10 @@ std::vector<Case> kv_type_cases(ElementType k, ElementType v) {
           .with_threads(2),
       Case::make("decode d33 dk!=dv window" + t, 1, 3, 200, 4, 1, 33, 17)
           .with_mask(gated_attention::Mask::causal_window(50)),
+      // Groups of 6, 3 and 1 rows: the storage dot's row lanes with their last group partial.
+      Case::make("decode d96 group 6" + t, 1, 1, 130, 6, 1, 96, 96).causal(),
+      Case::make("decode d64 group 3" + t, 2, 1, 77, 6, 2, 64, 64).causal(),
+      Case::make("decode d48 group 1" + t, 1, 1, 70, 2, 2, 48, 48).causal(),
   };
   for (Case& c : cases) c.with_kv_types(k, v);
   cases[0].poison_invisible_keys = true;

@@ -15,7 +15,7 @@ template <>
 struct StorageDot<bf16> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
-  static constexpr bool kTileSums = false;
+  static constexpr bool kRowLanes = false;
   // Keys per decode block (docs/performance-notes.md, "Storage dot: decode blocks of 64 keys").
   static constexpr std::int64_t kDecodeBlock = 64;
   static constexpr int kStep = 32;  // elements of one raw vector
@@ -233,8 +233,8 @@ struct StorageDot<bf16> {
   }
 };
 
-// int8 K: acc (int32 lanes) += (k + 128) q over 64 bytes (vpdpbusd takes unsigned x signed), q
-// quantised per row; the 128 q offset is subtracted by starting lane 0 at -128 sum(q).
+// int8 K: sums of (k + 128) q by vpdpbusd (unsigned x signed), q quantised per row; the 128 q
+// offset is subtracted by starting each row's sums at -128 sum(q).
 template <>
 struct StorageDot<std::int8_t> {
   static constexpr bool kAvailable = true;
@@ -244,7 +244,6 @@ struct StorageDot<std::int8_t> {
   static constexpr std::int64_t kDecodeBlock = 64;  // as for bf16
   static constexpr int kStep = 64;
   using Raw = __m512i;
-  using Acc = __m512i;
 
   static Raw to_unsigned(Raw k) { return _mm512_xor_si512(k, _mm512_set1_epi8(-128)); }
   static Raw load(const std::int8_t* p) { return to_unsigned(_mm512_loadu_si512(p)); }
@@ -252,28 +251,11 @@ struct StorageDot<std::int8_t> {
   static Raw load_partial(const std::int8_t* p, int n) {
     return to_unsigned(_mm512_maskz_loadu_epi8(first(n), p));
   }
-  static Raw load_query(const float* row, std::int64_t d) {
-    return _mm512_loadu_si512(reinterpret_cast<const char*>(row) + d);
-  }
-  static Raw load_query_partial(const float* row, std::int64_t d, int n) {
-    return _mm512_maskz_loadu_epi8(first(n), reinterpret_cast<const char*>(row) + d);
-  }
-  // A packed row of `padded` floats keeps its scale in the last one and -128 sum(q) (int32) in
-  // the one before it.
-  static Acc start(const float* row, std::int64_t padded) {
-    std::int32_t offset;
-    std::memcpy(&offset, row + padded - 2, sizeof(offset));
-    return _mm512_castsi128_si512(_mm_cvtsi32_si128(offset));
-  }
-  static Acc dot(Acc acc, Raw k, Raw q) { return _mm512_dpbusd_epi32(acc, k, q); }
-  static __m512 finish(Acc acc, const float* row, std::int64_t padded) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(query_scale(row, padded)));
-  }
-
   // The row's scaled query (f32, d values) quantised as round_query_row does, at its start, zeros
-  // up to `padded` bytes; then its offset and scale (see start). A row with NaN or Inf gets a NaN
-  // scale (and q all 0). By vectors, with detail::quantize_query_row's values: the same exact
-  // maximum, products and ties-to-even rounding.
+  // up to `padded` bytes; then -128 sum(q) (int32) and the scale in its last two floats. A row
+  // with NaN or Inf gets a NaN scale (and q all 0). By vectors, with
+  // detail::quantize_query_row's values: the same exact maximum, products and ties-to-even
+  // rounding.
   static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
     __m512 max_abs = _mm512_setzero_ps(), non_finite = _mm512_setzero_ps();
     for (std::int64_t i = 0; i < d; i += 16) {
@@ -306,40 +288,171 @@ struct StorageDot<std::int8_t> {
     row[padded - 1] = gated_attention::int8_scale(max);
   }
 
-  // S^T of a tile of KB keys by RB rows (KB * RB = 16, row_stride = RB) at scores[k * RB + r]:
-  // the lanes of each acc[k][r] summed as integers, then one product by q's row scale times the
-  // key's scale (key k's at key_scales[k * key_scale_stride]).
-  static constexpr bool kTileSums = true;
-  template <int KB, int RB>
-  GATED_ATTENTION_ALWAYS_INLINE static void store_tile_sums(
-      const Acc (&acc)[KB][RB], const float* q_rows, std::int64_t q_stride, const float* key_scales,
-      std::int64_t key_scale_stride, float* scores) {
-    static_assert(KB * RB == 16, "a tile of 16 sums");
-    const __m512i sums = Simd::fold_16(&acc[0][0]);
-    // Lane k * RB + r: key k's scale times row r's, from masked broadcasts (16 scalar stores
-    // read back as one vector would stall that load).
-    __m512 keys = _mm512_setzero_ps(), rows = _mm512_setzero_ps();
-    GATED_ATTENTION_UNROLL
-    for (int k = 0; k < KB; ++k) {
-      keys = _mm512_mask_mov_ps(keys, static_cast<__mmask16>(((1u << RB) - 1u) << (k * RB)),
-                                _mm512_set1_ps(key_scales[k * key_scale_stride]));
-    }
-    GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      rows = _mm512_mask_mov_ps(rows, static_cast<__mmask16>(first_row_lanes<KB, RB>() << r),
-                                _mm512_set1_ps(query_scale(q_rows + r * q_stride, q_stride)));
-    }
-    _mm512_storeu_ps(scores, _mm512_mul_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(keys, rows)));
-  }
-  // The lanes k * RB of a tile (row 0 of each key).
-  template <int KB, int RB>
-  static constexpr unsigned first_row_lanes() {
-    unsigned m = 0;
-    for (int k = 0; k < KB; ++k) m |= 1u << (k * RB);
-    return m;
-  }
   // The scale of a row packed by pack_query (`padded` floats).
   static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
+
+  // ---- Decode scores by row lanes: the 4 rows of a group side by side, 16 bytes of d each per
+  // 128-bit lane, and 16 bytes of a key broadcast to all four lanes; a key's accumulator then
+  // holds 4 partial sums per row, reduced with three other keys' in 6 in-lane shuffles (see
+  // docs/performance-notes.md, "int8 decode scores: rows side by side") ----
+
+  static constexpr bool kRowLanes = true;
+  // A group's slots (of `padded` floats) past the packed rows: its interleaved rows, the start
+  // accumulator (lane 4 l: row l's -128 sum(q)) and the row scales (lane 4 l + e: row l's).
+  static constexpr std::int64_t kGroupSlots = 3;
+
+  // The 4 rows [4 g, 4 g + 4) of the packed rows at q (`padded` floats apart; rows past `rows`
+  // zero) into the group's slots at `slots`: chunk c of row l at bytes 64 c + 16 l.
+  static void interleave_rows(const float* q, std::int64_t rows, std::int64_t padded,
+                              std::int64_t g, float* slots) {
+    auto* bytes = reinterpret_cast<std::int8_t*>(slots);
+    alignas(64) std::int32_t starts[16] = {};
+    alignas(64) float scales[16] = {};
+    for (std::int64_t l = 0; l < 4; ++l) {
+      const std::int64_t r = 4 * g + l;
+      const auto* row = reinterpret_cast<const std::int8_t*>(q + r * padded);
+      for (std::int64_t c = 0; c < padded; c += 16) {
+        if (r < rows) {
+          std::memcpy(bytes + 4 * c + 16 * l, row + c, 16);
+        } else {
+          std::memset(bytes + 4 * c + 16 * l, 0, 16);
+        }
+      }
+      if (r < rows) {
+        std::memcpy(&starts[4 * l], q + r * padded + padded - 2, sizeof(std::int32_t));
+        for (int e = 0; e < 4; ++e) scales[4 * l + e] = query_scale(q + r * padded, padded);
+      }
+    }
+    std::memcpy(slots + padded, starts, sizeof(starts));
+    std::memcpy(slots + 2 * padded, scales, sizeof(scales));
+  }
+
+  // S^T rows [g * 4, g * 4 + 4) for kLaneKeys keys of `count` (the rest computed on key 0 and not
+  // stored) and G groups, their slots `group_stride` floats apart from `slots`; scores at
+  // s[k * row_stride + 4 g + l] (row_stride 4 G); ahead: `lines` lines, spread over the steps.
+  static constexpr int kLaneKeys = 8;
+  template <int G, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void lane_tile(const Rows& keys, int count,
+                                                      const float* slots, std::int64_t padded,
+                                                      std::int64_t group_stride, std::int64_t depth,
+                                                      const float* key_scales,
+                                                      std::int64_t key_scale_stride, float* s,
+                                                      LineCursor& ahead, std::int64_t lines) {
+    constexpr int KB = kLaneKeys / G;
+    const std::int8_t* rows[KB];
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) rows[k] = keys.row(k < count ? k : 0);
+    __m512i acc[G][KB][2];
+    GATED_ATTENTION_UNROLL
+    for (int g = 0; g < G; ++g) {
+      const __m512i start = _mm512_loadu_si512(slots + g * group_stride + padded);
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        acc[g][k][0] = start;
+        acc[g][k][1] = _mm512_setzero_si512();
+      }
+    }
+    const std::int64_t steps = (depth + kStep - 1) / kStep;
+    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    alignas(64) std::uint8_t buffer[KB][kStep];
+    for (std::int64_t d = 0; d < depth; d += kStep) {
+      ahead.fetch(per_step);
+      const int n = static_cast<int>(std::min<std::int64_t>(kStep, depth - d));
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        _mm512_store_si512(buffer[k],
+                           n == kStep ? load(rows[k] + d) : load_partial(rows[k] + d, n));
+      }
+      // The broadcasts below load from the buffer: kept as loads (a compiler would otherwise
+      // forward the stores as shuffles, on the port the dot instructions share).
+      __asm__ volatile("" ::: "memory");
+      const int chunks = (n + 15) / 16;
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < 4; ++c) {
+        if (c >= chunks) break;
+        __m512i q[G];
+        GATED_ATTENTION_UNROLL
+        for (int g = 0; g < G; ++g) {
+          q[g] = _mm512_load_si512(reinterpret_cast<const std::int8_t*>(slots + g * group_stride) +
+                                   4 * d + 64 * c);
+        }
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) {
+          const __m512i key = _mm512_broadcast_i32x4(
+              _mm_load_si128(reinterpret_cast<const __m128i*>(buffer[k] + 16 * c)));
+          GATED_ATTENTION_UNROLL
+          for (int g = 0; g < G; ++g) {
+            acc[g][k][c % 2] = _mm512_dpbusd_epi32(acc[g][k][c % 2], key, q[g]);
+          }
+        }
+      }
+    }
+    ahead.fetch(lines - per_step * steps);
+    store_lane_sums<G>(acc, count, slots, padded, group_stride, key_scales, key_scale_stride, s);
+  }
+
+  // The sums of a key's accumulator per row: lane 4 l + e of the result is key e's row l, for the
+  // 4 keys at a.
+  GATED_ATTENTION_ALWAYS_INLINE static __m512i row_sums(const __m512i (&a)[4]) {
+    const __m512i t0 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+    const __m512i t1 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+  }
+
+  // Lane 4 l + e: key e's scale, for the 4 keys at key_scales (those past keys_in: key 0's).
+  GATED_ATTENTION_ALWAYS_INLINE static __m512 key_lane_scales(const float* key_scales,
+                                                              std::int64_t stride, int keys_in) {
+    __m512 keys = _mm512_setzero_ps();
+    GATED_ATTENTION_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      keys = _mm512_mask_mov_ps(keys, static_cast<__mmask16>(0x1111u << e),
+                                _mm512_set1_ps(key_scales[(e < keys_in ? e : 0) * stride]));
+    }
+    return keys;
+  }
+
+  template <int G>
+  GATED_ATTENTION_ALWAYS_INLINE static void store_lane_sums(
+      const __m512i (&acc)[G][kLaneKeys / G][2], int count, const float* slots, std::int64_t padded,
+      std::int64_t group_stride, const float* key_scales, std::int64_t key_scale_stride, float* s) {
+    constexpr int KB = kLaneKeys / G;
+    // Lane j of a stored vector: key j / (4 G), row j % (4 G) (row 4 g + l from group g's lane
+    // 4 l + e).
+    alignas(64) std::int32_t order[16];
+    for (int j = 0; j < 16; ++j) {
+      const int e = j / (4 * G), row = j % (4 * G);
+      order[j] = (row / 4) * 16 + (row % 4) * 4 + e;
+    }
+    const __m512i index = _mm512_load_si512(order);
+    const __m512i upper = _mm512_add_epi32(index, _mm512_set1_epi32(16 / (4 * G)));
+    GATED_ATTENTION_UNROLL
+    for (int k0 = 0; k0 < KB; k0 += 4) {
+      const int left = std::max(0, std::min(4, count - k0));
+      const __m512 keys = key_lane_scales(key_scales + (left > 0 ? k0 : 0) * key_scale_stride,
+                                          key_scale_stride, left);
+      __m512 sums[G];
+      GATED_ATTENTION_UNROLL
+      for (int g = 0; g < G; ++g) {
+        const __m512i a[4] = {_mm512_add_epi32(acc[g][k0][0], acc[g][k0][1]),
+                              _mm512_add_epi32(acc[g][k0 + 1][0], acc[g][k0 + 1][1]),
+                              _mm512_add_epi32(acc[g][k0 + 2][0], acc[g][k0 + 2][1]),
+                              _mm512_add_epi32(acc[g][k0 + 3][0], acc[g][k0 + 3][1])};
+        const __m512 rows = _mm512_loadu_ps(slots + g * group_stride + 2 * padded);
+        sums[g] = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(a)), _mm512_mul_ps(keys, rows));
+      }
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < G; ++v) {  // 16 scores: 16 / (4 G) keys each
+        const int keys_in = std::max(0, std::min(4 / G, left - v * (4 / G)));
+        const __m512 out =
+            G == 1 ? _mm512_permutexvar_ps(index, sums[0])
+                   : _mm512_permutex2var_ps(sums[0], v == 0 ? index : upper, sums[G - 1]);
+        _mm512_mask_storeu_ps(s + (k0 + v * (4 / G)) * 4 * G,
+                              static_cast<__mmask16>((1u << (keys_in * 4 * G)) - 1u), out);
+      }
+    }
+  }
 
   // ---- P.V: the weights (P times the V scales) as u8 per block and row, vpdpbusd over quads of
   // keys: V rows 4j..4j+3 interleaved byte by byte, the weights as 4 bytes per row ----

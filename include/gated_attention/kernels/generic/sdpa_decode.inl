@@ -46,6 +46,7 @@ struct DecodeBlocks {
         std::fill(row + depth, row + dkp, 0.0f);
         Scores::finish_query(row, depth, dkp);
       }
+      Scores::finish_queries(u.w.q_t + h * u.q_size(), u.rows, dkp);
     }
     for (std::int64_t n = 0; n < u.heads * kBlock; ++n) {
       for (std::int64_t r = u.rows; r < stride; ++r) u.w.scores[n * stride + r] = 0.0f;

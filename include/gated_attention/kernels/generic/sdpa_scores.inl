@@ -388,13 +388,6 @@ struct ScoreTiles {
       }
     }
     ahead.fetch(lines - per_step * steps);
-    if constexpr (Dot::kTileSums && KB * RB == 16) {  // the sums and scales in Dot's lanes
-      if (row_stride == RB) {
-        Dot::template store_tile_sums<KB, RB>(acc, q_rows, q_stride, scales.first, scales.stride,
-                                              scores);
-        return;
-      }
-    }
     V sums[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -513,6 +506,48 @@ struct ScoreTiles {
     }
   }
 
+  // The packed query rows of a head (`rows` of `padded` floats at q_head) in the form the
+  // storage dot's row lanes read (Dot::kRowLanes): each group of 4 in the slots past
+  // kDecodeMaxRows rows (the head's rows hold at least kRowPadding).
+  static constexpr bool kRowLanes = Dot::kRowLanes;
+  static void finish_queries(float* q_head, std::int64_t rows, std::int64_t padded) {
+    if constexpr (kRowLanes) {
+      static_assert(kDecodeMaxRows + 2 * Dot::kGroupSlots <= kRowPadding, "slots past the rows");
+      for (std::int64_t g = 0; 4 * g < rows; ++g) {
+        Dot::interleave_rows(q_head, rows, padded, g,
+                             q_head + (kDecodeMaxRows + g * Dot::kGroupSlots) * padded);
+      }
+    }
+  }
+
+  // decode_scores by the row lanes: tiles of Dot::kLaneKeys keys of G groups of 4 rows (G = 2
+  // above 4 rows), keys outer and heads inner as there.
+  template <int G, class Rows>
+  static void lane_scores(std::int64_t heads, const Rows& keys, std::int64_t key_head_stride,
+                          std::int64_t num_keys, const float* q_rows, std::int64_t q_head_stride,
+                          std::int64_t q_stride, std::int64_t dk, float* s,
+                          std::int64_t s_head_stride, RowScales key_scales,
+                          std::int64_t key_scale_head_stride, const RowPrefetch& ahead) {
+    constexpr int KB = Dot::kLaneKeys / G;
+    if constexpr (kDk > 0) q_stride = round_up(kDk, kRowPadding);  // constant offsets
+    const std::int64_t tiles = heads * ((num_keys + KB - 1) / KB);
+    LineCursor cursor{ahead};
+    const std::int64_t lines_per_tile = tiles > 0 ? (cursor.lines() + tiles - 1) / tiles : 0;
+    const float* slots = q_rows + kDecodeMaxRows * q_stride;
+    for (std::int64_t n = 0; n < num_keys; n += KB) {
+      const int count = static_cast<int>(std::min<std::int64_t>(KB, num_keys - n));
+      const float* scales = key_scales.advanced(n).first;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        Dot::template lane_tile<G>(keys.shifted(h * key_head_stride).advanced(n), count,
+                                   slots + h * q_head_stride, q_stride, Dot::kGroupSlots * q_stride,
+                                   head_dim<kDk>(dk), scales + h * key_scale_head_stride,
+                                   key_scales.stride, s + h * s_head_stride + n * 4 * G, cursor,
+                                   lines_per_tile);
+      }
+    }
+    cursor.fetch_rest();
+  }
+
   // S^T of every head of the unit for one block (head h at s + h * s_head_stride): groups of a
   // tile's keys outer and heads inner, so that K is read in address order where a key's
   // heads lie together (see docs/performance-notes.md, "Decode scores: all heads of a unit in
@@ -527,6 +562,24 @@ struct ScoreTiles {
                             std::int64_t dk, float* s, std::int64_t s_head_stride,
                             std::int64_t row_stride, RowScales key_scales,
                             std::int64_t key_scale_head_stride, const RowPrefetch& ahead) {
+    if constexpr (kRowLanes) {
+      const auto lanes = rows > 4 ? &lane_scores<2, Rows> : &lane_scores<1, Rows>;
+      lanes(heads, keys, key_head_stride, num_keys, q_rows, q_head_stride, q_stride, dk, s,
+            s_head_stride, key_scales, key_scale_head_stride, ahead);
+    } else {
+      dot_scores(heads, rows, keys, key_head_stride, num_keys, q_rows, q_head_stride, q_stride, dk,
+                 s, s_head_stride, row_stride, key_scales, key_scale_head_stride, ahead);
+    }
+  }
+
+  // decode_scores by the dot tiles.
+  template <class Rows>
+  static void dot_scores(std::int64_t heads, std::int64_t rows, const Rows& keys,
+                         std::int64_t key_head_stride, std::int64_t num_keys, const float* q_rows,
+                         std::int64_t q_head_stride, std::int64_t q_stride, std::int64_t dk,
+                         float* s, std::int64_t s_head_stride, std::int64_t row_stride,
+                         RowScales key_scales, std::int64_t key_scale_head_stride,
+                         const RowPrefetch& ahead) {
     const std::int64_t groups = (rows + kDotTileRows - 1) / kDotTileRows;
     const std::int64_t step =
         keys_per_tile(static_cast<int>(std::min<std::int64_t>(kDotTileRows, rows)));

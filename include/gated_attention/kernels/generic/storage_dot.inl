@@ -1,10 +1,10 @@
 // StorageDot<E>: dot instructions on stored elements of type E for DotPrecision::storage, where a
 // path has them (kernels/avx512/storage_dot.inl). Elsewhere none: the tiles widen to f32.
-//   kAvailable: decode scores by Raw vectors of kStep elements: Acc acc = start(q row, padded),
-//     acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as f32 lanes
-//     whose sum is the score; pack_query(row, d, padded) stores a scaled query row so.
-//   kTileSums (where kAvailable): store_tile_sums writes a tile's 16 scores (rows packed, the
-//     row stride its rows) from its accumulators in place of finish and the f32 reduction.
+//   kAvailable: decode scores on K in place; pack_query(row, d, padded) stores a scaled query row
+//     in the form they read. Either by Raw vectors of kStep elements: Acc acc = start(q row,
+//     padded), acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as
+//     f32 lanes whose sum is the score; or, where kRowLanes, by lane_tile over groups of 4 query
+//     rows that interleave_rows laid side by side.
 //   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
 //   kDecodeBlock (where kAvailable or kWeights): keys per decode block.
 //   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
@@ -20,7 +20,7 @@ template <class E>
 struct StorageDot {
   static constexpr bool kAvailable = false;
   static constexpr bool kWeights = false;
-  static constexpr bool kTileSums = false;
+  static constexpr bool kRowLanes = false;
   static constexpr bool kPanels = false;
   static constexpr bool kTiles = false;
 };
