@@ -460,6 +460,30 @@ struct StorageDot<std::int8_t> {
   // Where pack_weights leaves the rows' weight scales, in floats past `weights`.
   static constexpr std::int64_t kWeightScales = 128;
 
+  // w[n, r] *= value_scales[n * scale_stride] for the num_keys rows of P^T at w (kStride floats
+  // each, 16-float vectors); returns the lanes' maxima (lane i: row i % kStride).
+  template <int kStride>
+  static __m512 scale_weights(float* w, std::int64_t num_keys, const float* value_scales,
+                              std::int64_t scale_stride) {
+    constexpr int kKeys = 16 / kStride;
+    const std::int64_t floats = num_keys * kStride;
+    __m512 max = _mm512_setzero_ps();
+    for (std::int64_t i = 0, n = 0; i < floats; i += 16, n += kKeys) {
+      __m512 scale = _mm512_set1_ps(value_scales[n * scale_stride]);
+      GATED_ATTENTION_UNROLL
+      for (int k = 1; k < kKeys; ++k) {  // keys past num_keys: lanes not loaded, any scale
+        const std::int64_t key = n + k < num_keys ? n + k : n;
+        scale = _mm512_mask_mov_ps(scale, static_cast<__mmask16>(0xFFFFu << (k * kStride)),
+                                   _mm512_set1_ps(value_scales[key * scale_stride]));
+      }
+      const __mmask16 m = lanes(floats - i);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), scale);
+      _mm512_mask_storeu_ps(w + i, m, x);
+      max = _mm512_max_ps(max, x);
+    }
+    return max;
+  }
+
   // quads[j * stride + r] = the bytes round(w[4j + i, r] * 255 / max_n w[n, r]), i < 4, of the
   // weights w[n, r] = P^T[n, r] * value_scales[n * scale_stride] of the num_keys rows of P^T at w
   // (stride 4 or 8 floats; missing keys 0), written over P^T at w (16-float vectors, as the
@@ -468,20 +492,8 @@ struct StorageDot<std::int8_t> {
                            const float* value_scales, std::int64_t scale_stride,
                            std::uint32_t* quads) {
     const std::int64_t floats = num_keys * stride;
-    const std::int64_t keys_per_vector = 16 / stride;
-    __m512 max = _mm512_setzero_ps();
-    for (std::int64_t i = 0; i < floats; i += 16) {
-      const std::int64_t n = i / stride;
-      __m512 scale = _mm512_set1_ps(value_scales[n * scale_stride]);
-      for (std::int64_t k = 1; k < keys_per_vector && n + k < num_keys; ++k) {
-        scale = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFFFFu << (k * stride)), scale,
-                                     _mm512_set1_ps(value_scales[(n + k) * scale_stride]));
-      }
-      const __mmask16 m = lanes(floats - i);
-      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), scale);
-      _mm512_mask_storeu_ps(w + i, m, x);
-      max = _mm512_max_ps(max, x);
-    }
+    __m512 max = stride == 4 ? scale_weights<4>(w, num_keys, value_scales, scale_stride)
+                             : scale_weights<8>(w, num_keys, value_scales, scale_stride);
     max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0x4E));  // lane i: row i % stride
     if (stride == 4) max = _mm512_max_ps(max, _mm512_shuffle_f32x4(max, max, 0xB1));
     const __mmask16 positive = _mm512_cmp_ps_mask(max, _mm512_setzero_ps(), _CMP_GT_OQ);
