@@ -245,8 +245,25 @@ struct StorageDot<std::int8_t> {
   static constexpr int kStep = 64;
   using Raw = __m512i;
 
-  static Raw to_unsigned(Raw k) { return _mm512_xor_si512(k, _mm512_set1_epi8(-128)); }
-  static Raw load(const std::int8_t* p) { return to_unsigned(_mm512_loadu_si512(p)); }
+  // acc + the sums of 4 products of unsigned bytes u and signed bytes s per 32-bit lane
+  // (vpdpbusd). GCC 12 copies the accumulator of the intrinsic into a new register and back at
+  // each use, which with 16 accumulators in a loop spills some of them; the instruction by its own
+  // statement keeps each in one register (docs/performance-notes.md, "int8 decode scores: rows side
+  // by side").
+  GATED_ATTENTION_ALWAYS_INLINE static __m512i dot_bytes(__m512i acc, __m512i u, __m512i s) {
+#if defined(__clang__)
+    return _mm512_dpbusd_epi32(acc, u, s);
+#else
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+#endif
+  }
+  static Raw to_unsigned(Raw k) {
+    return _mm512_xor_si512(k, _mm512_set1_epi8(-128));
+  }
+  static Raw load(const std::int8_t* p) {
+    return to_unsigned(_mm512_loadu_si512(p));
+  }
   // Lanes past n hold 128 (unsigned), against zero query lanes.
   static Raw load_partial(const std::int8_t* p, int n) {
     return to_unsigned(_mm512_maskz_loadu_epi8(first(n), p));
@@ -289,7 +306,9 @@ struct StorageDot<std::int8_t> {
   }
 
   // The scale of a row packed by pack_query (`padded` floats).
-  static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
+  static float query_scale(const float* row, std::int64_t padded) {
+    return row[padded - 1];
+  }
 
   // ---- Decode scores by row lanes: the 4 rows of a group side by side, 16 bytes of d each per
   // 128-bit lane, and 16 bytes of a key broadcast to all four lanes; a key's accumulator then
@@ -382,7 +401,7 @@ struct StorageDot<std::int8_t> {
               _mm_load_si128(reinterpret_cast<const __m128i*>(buffer[k] + 16 * c)));
           GATED_ATTENTION_UNROLL
           for (int g = 0; g < G; ++g) {
-            acc[g][k][c % 2] = _mm512_dpbusd_epi32(acc[g][k][c % 2], key, q[g]);
+            acc[g][k][c % 2] = dot_bytes(acc[g][k][c % 2], key, q[g]);
           }
         }
       }
@@ -544,32 +563,42 @@ struct StorageDot<std::int8_t> {
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
     }
     const __mmask64 loads = first(count);
-    for (std::int64_t n = 0; n < num_keys; n += 4) {
+    std::int64_t n = 0;
+    for (; n + 4 <= num_keys; n += 4) {  // whole quads: no per-row conditions in the loop
       ahead.fetch(lines_per_quad);
-      __m512i v[4];
-      GATED_ATTENTION_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        v[i] = n + i < num_keys ? _mm512_maskz_loadu_epi8(loads, values.row(n + i))
-                                : _mm512_setzero_si512();
-      }
-      // Lane (l, i) of x[j]: dim 16 l + 4 j + i's bytes of the 4 keys.
-      const __m512i lo01 = _mm512_unpacklo_epi8(v[0], v[1]),
-                    hi01 = _mm512_unpackhi_epi8(v[0], v[1]);
-      const __m512i lo23 = _mm512_unpacklo_epi8(v[2], v[3]),
-                    hi23 = _mm512_unpackhi_epi8(v[2], v[3]);
-      const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                            _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
-      const std::uint32_t* w = quads + n / 4 * stride;
-      GATED_ATTENTION_UNROLL
-      for (int r = 0; r < RB; ++r) {
-        const __m512i weight = _mm512_set1_epi32(static_cast<std::int32_t>(w[r]));
-        GATED_ATTENTION_UNROLL
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], weight, x[j]);
-      }
+      quad_step<RB>(quads + n / 4 * stride, values, n, 4, loads, acc);
+    }
+    if (n < num_keys) {
+      ahead.fetch(lines_per_quad);
+      quad_step<RB>(quads + n / 4 * stride, values, n, num_keys - n, loads, acc);
     }
     const float* scales = reinterpret_cast<const float*>(quads) + kWeightScales;
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) add_scaled(acc[r], scales[r], count, out + r * out_stride);
+  }
+
+  // acc[r][j] += the weights w[r] (4 keys' bytes) times the V rows n.. n + keys (keys <= 4, the
+  // rest zero), their bytes `loads`: lane (l, i) of x[j] holds dim 16 l + 4 j + i's bytes of the 4
+  // keys.
+  template <int RB, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void quad_step(const std::uint32_t* w, const Rows& values,
+                                                      std::int64_t n, std::int64_t keys,
+                                                      __mmask64 loads, __m512i (&acc)[RB][4]) {
+    __m512i v[4];
+    GATED_ATTENTION_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      v[i] = i < keys ? _mm512_maskz_loadu_epi8(loads, values.row(n + i)) : _mm512_setzero_si512();
+    }
+    const __m512i lo01 = _mm512_unpacklo_epi8(v[0], v[1]), hi01 = _mm512_unpackhi_epi8(v[0], v[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(v[2], v[3]), hi23 = _mm512_unpackhi_epi8(v[2], v[3]);
+    const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    GATED_ATTENTION_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const __m512i weight = _mm512_set1_epi32(static_cast<std::int32_t>(w[r]));
+      GATED_ATTENTION_UNROLL
+      for (int j = 0; j < 4; ++j) acc[r][j] = dot_bytes(acc[r][j], weight, x[j]);
+    }
   }
 
   // out[0, count) += scale * the dims of acc (lane (l, i) of acc[j]: dim 16 l + 4 j + i), by a
@@ -642,5 +671,7 @@ struct StorageDot<std::int8_t> {
     return n >= 16 ? static_cast<__mmask16>(0xffff)
                    : static_cast<__mmask16>((1u << std::max<std::int64_t>(n, 0)) - 1u);
   }
-  static __mmask64 first(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
+  static __mmask64 first(int n) {
+    return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+  }
 };
