@@ -10,6 +10,19 @@ inline __m512bh as_bf16_pairs(__m512i x) {
   return (__m512bh)x;
 }
 
+// acc + the sums of 4 products of unsigned bytes u and signed bytes s per 32-bit lane (vpdpbusd).
+// GCC 12 copies the accumulator of the intrinsic into a new register and back at each use, which
+// with 16 accumulators in a loop spills some of them; the instruction by its own statement keeps
+// each in one register (docs/performance-notes.md, "int8 decode scores: rows side by side").
+GATED_ATTENTION_ALWAYS_INLINE __m512i dot_bytes(__m512i acc, __m512i u, __m512i s) {
+#if defined(__clang__)
+  return _mm512_dpbusd_epi32(acc, u, s);
+#else
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
+#endif
+}
+
 // bf16 K: acc (f32 lanes) += the products of 32 bf16 pairs, q rounded to bf16.
 template <>
 struct StorageDot<bf16> {
@@ -245,25 +258,8 @@ struct StorageDot<std::int8_t> {
   static constexpr int kStep = 64;
   using Raw = __m512i;
 
-  // acc + the sums of 4 products of unsigned bytes u and signed bytes s per 32-bit lane
-  // (vpdpbusd). GCC 12 copies the accumulator of the intrinsic into a new register and back at
-  // each use, which with 16 accumulators in a loop spills some of them; the instruction by its own
-  // statement keeps each in one register (docs/performance-notes.md, "int8 decode scores: rows side
-  // by side").
-  GATED_ATTENTION_ALWAYS_INLINE static __m512i dot_bytes(__m512i acc, __m512i u, __m512i s) {
-#if defined(__clang__)
-    return _mm512_dpbusd_epi32(acc, u, s);
-#else
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-    return acc;
-#endif
-  }
-  static Raw to_unsigned(Raw k) {
-    return _mm512_xor_si512(k, _mm512_set1_epi8(-128));
-  }
-  static Raw load(const std::int8_t* p) {
-    return to_unsigned(_mm512_loadu_si512(p));
-  }
+  static Raw to_unsigned(Raw k) { return _mm512_xor_si512(k, _mm512_set1_epi8(-128)); }
+  static Raw load(const std::int8_t* p) { return to_unsigned(_mm512_loadu_si512(p)); }
   // Lanes past n hold 128 (unsigned), against zero query lanes.
   static Raw load_partial(const std::int8_t* p, int n) {
     return to_unsigned(_mm512_maskz_loadu_epi8(first(n), p));
@@ -306,9 +302,7 @@ struct StorageDot<std::int8_t> {
   }
 
   // The scale of a row packed by pack_query (`padded` floats).
-  static float query_scale(const float* row, std::int64_t padded) {
-    return row[padded - 1];
-  }
+  static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
 
   // ---- Decode scores by row lanes: the 4 rows of a group side by side, 16 bytes of d each per
   // 128-bit lane, and 16 bytes of a key broadcast to all four lanes; a key's accumulator then
@@ -329,7 +323,8 @@ struct StorageDot<std::int8_t> {
     alignas(64) float scales[16] = {};
     for (std::int64_t l = 0; l < 4; ++l) {
       const std::int64_t r = 4 * g + l;
-      const auto* row = reinterpret_cast<const std::int8_t*>(q + r * padded);
+      const float* packed = q + r * padded;
+      const auto* row = reinterpret_cast<const std::int8_t*>(packed);
       for (std::int64_t c = 0; c < padded; c += 16) {
         if (r < rows) {
           std::memcpy(bytes + 4 * c + 16 * l, row + c, 16);
@@ -338,8 +333,8 @@ struct StorageDot<std::int8_t> {
         }
       }
       if (r < rows) {
-        std::memcpy(&starts[4 * l], q + r * padded + padded - 2, sizeof(std::int32_t));
-        for (int e = 0; e < 4; ++e) scales[4 * l + e] = query_scale(q + r * padded, padded);
+        std::memcpy(&starts[4 * l], packed + padded - 2, sizeof(std::int32_t));
+        for (int e = 0; e < 4; ++e) scales[4 * l + e] = query_scale(packed, padded);
       }
     }
     std::memcpy(slots + padded, starts, sizeof(starts));
@@ -432,19 +427,23 @@ struct StorageDot<std::int8_t> {
     return keys;
   }
 
+  // Lane j of a stored vector of scores: key j / (4 G), row j % (4 G), taken from lane
+  // 4 (row % 4) + key of group row / 4's sums (16 lanes a group).
+  template <int G>
+  struct LaneOrder {
+    alignas(64) std::int32_t source[16] = {};
+    constexpr LaneOrder() {
+      for (int j = 0; j < 16; ++j) source[j] = j % (4 * G) / 4 * 16 + j % 4 * 4 + j / (4 * G);
+    }
+  };
+
   template <int G>
   GATED_ATTENTION_ALWAYS_INLINE static void store_lane_sums(
       const __m512i (&acc)[G][kLaneKeys / G][2], int count, const float* slots, std::int64_t padded,
       std::int64_t group_stride, const float* key_scales, std::int64_t key_scale_stride, float* s) {
     constexpr int KB = kLaneKeys / G;
-    // Lane j of a stored vector: key j / (4 G), row j % (4 G) (row 4 g + l from group g's lane
-    // 4 l + e).
-    alignas(64) std::int32_t order[16];
-    for (int j = 0; j < 16; ++j) {
-      const int e = j / (4 * G), row = j % (4 * G);
-      order[j] = (row / 4) * 16 + (row % 4) * 4 + e;
-    }
-    const __m512i index = _mm512_load_si512(order);
+    static constexpr LaneOrder<G> kOrder{};
+    const __m512i index = _mm512_load_si512(kOrder.source);
     const __m512i upper = _mm512_add_epi32(index, _mm512_set1_epi32(16 / (4 * G)));
     GATED_ATTENTION_UNROLL
     for (int k0 = 0; k0 < KB; k0 += 4) {
@@ -671,7 +670,5 @@ struct StorageDot<std::int8_t> {
     return n >= 16 ? static_cast<__mmask16>(0xffff)
                    : static_cast<__mmask16>((1u << std::max<std::int64_t>(n, 0)) - 1u);
   }
-  static __mmask64 first(int n) {
-    return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
-  }
+  static __mmask64 first(int n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 };
