@@ -23,12 +23,185 @@ GATED_ATTENTION_ALWAYS_INLINE __m512i dot_bytes(__m512i acc, __m512i u, __m512i 
 #endif
 }
 
+// Lanes of 32-bit sums (int32 or f32): their sum, and as f32.
+GATED_ATTENTION_ALWAYS_INLINE __m512i add_lanes(__m512i a, __m512i b) {
+  return _mm512_add_epi32(a, b);
+}
+GATED_ATTENTION_ALWAYS_INLINE __m512 add_lanes(__m512 a, __m512 b) {
+  return _mm512_add_ps(a, b);
+}
+GATED_ATTENTION_ALWAYS_INLINE __m512 as_floats(__m512i sums) {
+  return _mm512_cvtepi32_ps(sums);
+}
+GATED_ATTENTION_ALWAYS_INLINE __m512 as_floats(__m512 sums) {
+  return sums;
+}
+
+// Decode scores by row lanes (StorageDot::kRowLanes), for a Dot on elements E: the 4 rows of a
+// group side by side, 16 bytes of d each per 128-bit lane, and 16 bytes of a key broadcast to all
+// four lanes; a key's accumulator then holds 4 partial sums per row, reduced with three other
+// keys' in 6 in-lane shuffles (see docs/performance-notes.md, "int8 decode scores: rows side by
+// side"). Dot supplies Lane (its accumulator), kStep (elements in 64 bytes), load and
+// load_partial (64 bytes of a key as lane_dot reads them), lane_dot, lane_start, kGroupSlots, and
+// where kLaneScales (int8) the scales: lane_extras, key_lane_scales, kScaleSlot.
+template <class Dot, class E>
+struct RowLanes {
+  static constexpr bool kRowLanes = true;
+  static constexpr int kLaneKeys = 8;  // keys of a tile
+
+  // The 4 rows [4 g, 4 g + 4) of the packed rows at q (`padded` floats apart; rows past `rows`
+  // zero) into the group's slots at `slots`: 16-byte chunk c of row l at bytes 64 c + 16 l.
+  static void interleave_rows(const float* q, std::int64_t rows, std::int64_t padded,
+                              std::int64_t g, float* slots) {
+    auto* bytes = reinterpret_cast<char*>(slots);
+    const auto row_bytes = padded * static_cast<std::int64_t>(sizeof(E));
+    for (std::int64_t l = 0; l < 4; ++l) {
+      const std::int64_t r = 4 * g + l;
+      const auto* row = reinterpret_cast<const char*>(q + r * padded);
+      for (std::int64_t c = 0; c < row_bytes; c += 16) {
+        if (r < rows) {
+          std::memcpy(bytes + 4 * c + 16 * l, row + c, 16);
+        } else {
+          std::memset(bytes + 4 * c + 16 * l, 0, 16);
+        }
+      }
+    }
+    if constexpr (Dot::kLaneScales) Dot::lane_extras(q, rows, padded, g, slots);
+  }
+
+  // S^T rows [g * 4, g * 4 + 4) for kLaneKeys keys of `count` (the rest computed on key 0 and not
+  // stored) and G groups, their slots `group_stride` floats apart from `slots`; scores at
+  // s[k * row_stride + 4 g + l] (row_stride 4 G); ahead: `lines` lines, spread over the steps.
+  template <int G, class Rows>
+  GATED_ATTENTION_ALWAYS_INLINE static void lane_tile(const Rows& keys, int count,
+                                                      const float* slots, std::int64_t padded,
+                                                      std::int64_t group_stride, std::int64_t depth,
+                                                      const float* key_scales,
+                                                      std::int64_t key_scale_stride, float* s,
+                                                      LineCursor& ahead, std::int64_t lines) {
+    constexpr int KB = kLaneKeys / G;
+    constexpr int kStep = Dot::kStep;
+    const E* rows[KB];
+    GATED_ATTENTION_UNROLL
+    for (int k = 0; k < KB; ++k) rows[k] = keys.row(k < count ? k : 0);
+    typename Dot::Lane acc[G][KB][2];
+    GATED_ATTENTION_UNROLL
+    for (int g = 0; g < G; ++g) {
+      const typename Dot::Lane start = Dot::lane_start(slots + g * group_stride, padded);
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        acc[g][k][0] = start;
+        acc[g][k][1] = typename Dot::Lane{};
+      }
+    }
+    const std::int64_t steps = (depth + kStep - 1) / kStep;
+    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    alignas(64) std::uint8_t buffer[KB][64];
+    for (std::int64_t d = 0; d < depth; d += kStep) {
+      ahead.fetch(per_step);
+      const int n = static_cast<int>(std::min<std::int64_t>(kStep, depth - d));
+      GATED_ATTENTION_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        _mm512_store_si512(buffer[k],
+                           n == kStep ? Dot::load(rows[k] + d) : Dot::load_partial(rows[k] + d, n));
+      }
+      // The broadcasts below load from the buffer: kept as loads (a compiler would otherwise
+      // forward the stores as shuffles, on the port the dot instructions share).
+      __asm__ volatile("" ::: "memory");
+      const int chunks = (n * static_cast<int>(sizeof(E)) + 15) / 16;
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < 4; ++c) {
+        if (c >= chunks) break;
+        __m512i q[G];
+        GATED_ATTENTION_UNROLL
+        for (int g = 0; g < G; ++g) {
+          q[g] = _mm512_load_si512(reinterpret_cast<const char*>(slots + g * group_stride) +
+                                   4 * d * static_cast<std::int64_t>(sizeof(E)) + 64 * c);
+        }
+        GATED_ATTENTION_UNROLL
+        for (int k = 0; k < KB; ++k) {
+          const __m512i key = _mm512_broadcast_i32x4(
+              _mm_load_si128(reinterpret_cast<const __m128i*>(buffer[k] + 16 * c)));
+          GATED_ATTENTION_UNROLL
+          for (int g = 0; g < G; ++g) {
+            acc[g][k][c % 2] = Dot::lane_dot(acc[g][k][c % 2], key, q[g]);
+          }
+        }
+      }
+    }
+    ahead.fetch(lines - per_step * steps);
+    store_lane_sums<G>(acc, count, slots, padded, group_stride, key_scales, key_scale_stride, s);
+  }
+
+  // The sums of a key's accumulator per row: lane 4 l + e of the result is key e's row l, for the
+  // 4 keys at a.
+  template <class Lane>
+  GATED_ATTENTION_ALWAYS_INLINE static Lane row_sums(const Lane (&a)[4]) {
+    const __m512i a0 = (__m512i)a[0], a1 = (__m512i)a[1], a2 = (__m512i)a[2], a3 = (__m512i)a[3];
+    const auto t0 = (__m512i)add_lanes((Lane)_mm512_unpacklo_epi32(a0, a1),
+                                       (Lane)_mm512_unpackhi_epi32(a0, a1));
+    const auto t1 = (__m512i)add_lanes((Lane)_mm512_unpacklo_epi32(a2, a3),
+                                       (Lane)_mm512_unpackhi_epi32(a2, a3));
+    return add_lanes((Lane)_mm512_unpacklo_epi64(t0, t1), (Lane)_mm512_unpackhi_epi64(t0, t1));
+  }
+
+  // Lane j of a stored vector of scores: key j / (4 G), row j % (4 G), taken from lane
+  // 4 (row % 4) + key of group row / 4's sums (16 lanes a group).
+  template <int G>
+  struct LaneOrder {
+    alignas(64) std::int32_t source[16] = {};
+    constexpr LaneOrder() {
+      for (int j = 0; j < 16; ++j) source[j] = j % (4 * G) / 4 * 16 + j % 4 * 4 + j / (4 * G);
+    }
+  };
+
+  template <int G, class Lane>
+  GATED_ATTENTION_ALWAYS_INLINE static void store_lane_sums(
+      const Lane (&acc)[G][kLaneKeys / G][2], int count, const float* slots, std::int64_t padded,
+      std::int64_t group_stride, const float* key_scales, std::int64_t key_scale_stride, float* s) {
+    constexpr int KB = kLaneKeys / G;
+    static constexpr LaneOrder<G> kOrder{};
+    const __m512i index = _mm512_load_si512(kOrder.source);
+    const __m512i upper = _mm512_add_epi32(index, _mm512_set1_epi32(16 / (4 * G)));
+    GATED_ATTENTION_UNROLL
+    for (int k0 = 0; k0 < KB; k0 += 4) {
+      const int left = std::max(0, std::min(4, count - k0));
+      __m512 keys = _mm512_set1_ps(1.0f);
+      if constexpr (Dot::kLaneScales) {
+        keys = Dot::key_lane_scales(key_scales + (left > 0 ? k0 : 0) * key_scale_stride,
+                                    key_scale_stride, left);
+      }
+      __m512 sums[G];
+      GATED_ATTENTION_UNROLL
+      for (int g = 0; g < G; ++g) {
+        const Lane a[4] = {add_lanes(acc[g][k0][0], acc[g][k0][1]),
+                           add_lanes(acc[g][k0 + 1][0], acc[g][k0 + 1][1]),
+                           add_lanes(acc[g][k0 + 2][0], acc[g][k0 + 2][1]),
+                           add_lanes(acc[g][k0 + 3][0], acc[g][k0 + 3][1])};
+        sums[g] = as_floats(row_sums(a));
+        if constexpr (Dot::kLaneScales) {
+          const __m512 rows = _mm512_loadu_ps(slots + g * group_stride + Dot::kScaleSlot * padded);
+          sums[g] = _mm512_mul_ps(sums[g], _mm512_mul_ps(keys, rows));
+        }
+      }
+      GATED_ATTENTION_UNROLL
+      for (int v = 0; v < G; ++v) {  // 16 scores: 16 / (4 G) keys each
+        const int keys_in = std::max(0, std::min(4 / G, left - v * (4 / G)));
+        const __m512 out =
+            G == 1 ? _mm512_permutexvar_ps(index, sums[0])
+                   : _mm512_permutex2var_ps(sums[0], v == 0 ? index : upper, sums[G - 1]);
+        _mm512_mask_storeu_ps(s + (k0 + v * (4 / G)) * 4 * G,
+                              static_cast<__mmask16>((1u << (keys_in * 4 * G)) - 1u), out);
+      }
+    }
+  }
+};
+
 // bf16 K: acc (f32 lanes) += the products of 32 bf16 pairs, q rounded to bf16.
 template <>
-struct StorageDot<bf16> {
+struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
-  static constexpr bool kRowLanes = false;
   // Keys per decode block (docs/performance-notes.md, "Storage dot: decode blocks of 64 keys").
   static constexpr std::int64_t kDecodeBlock = 64;
   static constexpr int kStep = 32;  // elements of one raw vector
@@ -37,17 +210,16 @@ struct StorageDot<bf16> {
 
   static Raw load(const bf16* p) { return _mm512_loadu_si512(p); }
   static Raw load_partial(const bf16* p, int n) { return _mm512_maskz_loadu_epi16(first(n), p); }
-  static Raw load_query(const float* row, std::int64_t d) {
-    return _mm512_loadu_si512(reinterpret_cast<const char*>(row) + 2 * d);
-  }
-  static Raw load_query_partial(const float* row, std::int64_t d, int n) {
-    return _mm512_maskz_loadu_epi16(first(n), reinterpret_cast<const char*>(row) + 2 * d);
-  }
-  static Acc start(const float*, std::int64_t) { return _mm512_setzero_ps(); }
   static Acc dot(Acc acc, Raw k, Raw q) {
     return _mm512_dpbf16_ps(acc, as_bf16_pairs(k), as_bf16_pairs(q));
   }
-  static __m512 finish(Acc acc, const float*, std::int64_t) { return acc; }
+
+  // Row lanes (RowLanes): a group's slots hold its 4 interleaved rows alone.
+  static constexpr bool kLaneScales = false;
+  static constexpr std::int64_t kGroupSlots = 2;
+  using Lane = __m512;
+  static Lane lane_start(const float*, std::int64_t) { return _mm512_setzero_ps(); }
+  static Lane lane_dot(Lane acc, Raw k, Raw q) { return dot(acc, k, q); }
 
   // The row's scaled query (f32, d values) as bf16 at its start (RNE), zeros up to `padded`.
   static void pack_query(float* row, std::int64_t d, std::int64_t padded) {
@@ -249,7 +421,7 @@ struct StorageDot<bf16> {
 // int8 K: sums of (k + 128) q by vpdpbusd (unsigned x signed), q quantised per row; the 128 q
 // offset is subtracted by starting each row's sums at -128 sum(q).
 template <>
-struct StorageDot<std::int8_t> {
+struct StorageDot<std::int8_t> : RowLanes<StorageDot<std::int8_t>, std::int8_t> {
   static constexpr bool kAvailable = true;
   static constexpr bool kWeights = true;
   static constexpr bool kPanels = false;
@@ -304,115 +476,30 @@ struct StorageDot<std::int8_t> {
   // The scale of a row packed by pack_query (`padded` floats).
   static float query_scale(const float* row, std::int64_t padded) { return row[padded - 1]; }
 
-  // ---- Decode scores by row lanes: the 4 rows of a group side by side, 16 bytes of d each per
-  // 128-bit lane, and 16 bytes of a key broadcast to all four lanes; a key's accumulator then
-  // holds 4 partial sums per row, reduced with three other keys' in 6 in-lane shuffles (see
-  // docs/performance-notes.md, "int8 decode scores: rows side by side") ----
+  // ---- Row lanes (RowLanes): a group's slots hold its interleaved rows, then the start
+  // accumulator (lane 4 l: row l's -128 sum(q)), then the row scales (lane 4 l + e: row l's) ----
 
-  static constexpr bool kRowLanes = true;
-  // A group's slots (of `padded` floats) past the packed rows: its interleaved rows, the start
-  // accumulator (lane 4 l: row l's -128 sum(q)) and the row scales (lane 4 l + e: row l's).
+  static constexpr bool kLaneScales = true;
   static constexpr std::int64_t kGroupSlots = 3;
+  static constexpr std::int64_t kStartSlot = 1, kScaleSlot = 2;
+  using Lane = __m512i;
+  static Lane lane_start(const float* slots, std::int64_t padded) {
+    return _mm512_loadu_si512(slots + kStartSlot * padded);
+  }
+  static Lane lane_dot(Lane acc, Raw k, Raw q) { return dot_bytes(acc, k, q); }
 
-  // The 4 rows [4 g, 4 g + 4) of the packed rows at q (`padded` floats apart; rows past `rows`
-  // zero) into the group's slots at `slots`: chunk c of row l at bytes 64 c + 16 l.
-  static void interleave_rows(const float* q, std::int64_t rows, std::int64_t padded,
-                              std::int64_t g, float* slots) {
-    auto* bytes = reinterpret_cast<std::int8_t*>(slots);
+  // Group g's start accumulator and row scales from the packed rows at q, into its slots.
+  static void lane_extras(const float* q, std::int64_t rows, std::int64_t padded, std::int64_t g,
+                          float* slots) {
     alignas(64) std::int32_t starts[16] = {};
     alignas(64) float scales[16] = {};
-    for (std::int64_t l = 0; l < 4; ++l) {
-      const std::int64_t r = 4 * g + l;
-      const float* packed = q + r * padded;
-      const auto* row = reinterpret_cast<const std::int8_t*>(packed);
-      for (std::int64_t c = 0; c < padded; c += 16) {
-        if (r < rows) {
-          std::memcpy(bytes + 4 * c + 16 * l, row + c, 16);
-        } else {
-          std::memset(bytes + 4 * c + 16 * l, 0, 16);
-        }
-      }
-      if (r < rows) {
-        std::memcpy(&starts[4 * l], packed + padded - 2, sizeof(std::int32_t));
-        for (int e = 0; e < 4; ++e) scales[4 * l + e] = query_scale(packed, padded);
-      }
+    for (std::int64_t l = 0; l < 4 && 4 * g + l < rows; ++l) {
+      const float* packed = q + (4 * g + l) * padded;
+      std::memcpy(&starts[4 * l], packed + padded - 2, sizeof(std::int32_t));
+      for (int e = 0; e < 4; ++e) scales[4 * l + e] = query_scale(packed, padded);
     }
-    std::memcpy(slots + padded, starts, sizeof(starts));
-    std::memcpy(slots + 2 * padded, scales, sizeof(scales));
-  }
-
-  // S^T rows [g * 4, g * 4 + 4) for kLaneKeys keys of `count` (the rest computed on key 0 and not
-  // stored) and G groups, their slots `group_stride` floats apart from `slots`; scores at
-  // s[k * row_stride + 4 g + l] (row_stride 4 G); ahead: `lines` lines, spread over the steps.
-  static constexpr int kLaneKeys = 8;
-  template <int G, class Rows>
-  GATED_ATTENTION_ALWAYS_INLINE static void lane_tile(const Rows& keys, int count,
-                                                      const float* slots, std::int64_t padded,
-                                                      std::int64_t group_stride, std::int64_t depth,
-                                                      const float* key_scales,
-                                                      std::int64_t key_scale_stride, float* s,
-                                                      LineCursor& ahead, std::int64_t lines) {
-    constexpr int KB = kLaneKeys / G;
-    const std::int8_t* rows[KB];
-    GATED_ATTENTION_UNROLL
-    for (int k = 0; k < KB; ++k) rows[k] = keys.row(k < count ? k : 0);
-    __m512i acc[G][KB][2];
-    GATED_ATTENTION_UNROLL
-    for (int g = 0; g < G; ++g) {
-      const __m512i start = _mm512_loadu_si512(slots + g * group_stride + padded);
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) {
-        acc[g][k][0] = start;
-        acc[g][k][1] = _mm512_setzero_si512();
-      }
-    }
-    const std::int64_t steps = (depth + kStep - 1) / kStep;
-    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
-    alignas(64) std::uint8_t buffer[KB][kStep];
-    for (std::int64_t d = 0; d < depth; d += kStep) {
-      ahead.fetch(per_step);
-      const int n = static_cast<int>(std::min<std::int64_t>(kStep, depth - d));
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) {
-        _mm512_store_si512(buffer[k],
-                           n == kStep ? load(rows[k] + d) : load_partial(rows[k] + d, n));
-      }
-      // The broadcasts below load from the buffer: kept as loads (a compiler would otherwise
-      // forward the stores as shuffles, on the port the dot instructions share).
-      __asm__ volatile("" ::: "memory");
-      const int chunks = (n + 15) / 16;
-      GATED_ATTENTION_UNROLL
-      for (int c = 0; c < 4; ++c) {
-        if (c >= chunks) break;
-        __m512i q[G];
-        GATED_ATTENTION_UNROLL
-        for (int g = 0; g < G; ++g) {
-          q[g] = _mm512_load_si512(reinterpret_cast<const std::int8_t*>(slots + g * group_stride) +
-                                   4 * d + 64 * c);
-        }
-        GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) {
-          const __m512i key = _mm512_broadcast_i32x4(
-              _mm_load_si128(reinterpret_cast<const __m128i*>(buffer[k] + 16 * c)));
-          GATED_ATTENTION_UNROLL
-          for (int g = 0; g < G; ++g) {
-            acc[g][k][c % 2] = dot_bytes(acc[g][k][c % 2], key, q[g]);
-          }
-        }
-      }
-    }
-    ahead.fetch(lines - per_step * steps);
-    store_lane_sums<G>(acc, count, slots, padded, group_stride, key_scales, key_scale_stride, s);
-  }
-
-  // The sums of a key's accumulator per row: lane 4 l + e of the result is key e's row l, for the
-  // 4 keys at a.
-  GATED_ATTENTION_ALWAYS_INLINE static __m512i row_sums(const __m512i (&a)[4]) {
-    const __m512i t0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
-    const __m512i t1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+    std::memcpy(slots + kStartSlot * padded, starts, sizeof(starts));
+    std::memcpy(slots + kScaleSlot * padded, scales, sizeof(scales));
   }
 
   // Lane 4 l + e: key e's scale, for the 4 keys at key_scales (those past keys_in: key 0's).
@@ -425,51 +512,6 @@ struct StorageDot<std::int8_t> {
                                 _mm512_set1_ps(key_scales[(e < keys_in ? e : 0) * stride]));
     }
     return keys;
-  }
-
-  // Lane j of a stored vector of scores: key j / (4 G), row j % (4 G), taken from lane
-  // 4 (row % 4) + key of group row / 4's sums (16 lanes a group).
-  template <int G>
-  struct LaneOrder {
-    alignas(64) std::int32_t source[16] = {};
-    constexpr LaneOrder() {
-      for (int j = 0; j < 16; ++j) source[j] = j % (4 * G) / 4 * 16 + j % 4 * 4 + j / (4 * G);
-    }
-  };
-
-  template <int G>
-  GATED_ATTENTION_ALWAYS_INLINE static void store_lane_sums(
-      const __m512i (&acc)[G][kLaneKeys / G][2], int count, const float* slots, std::int64_t padded,
-      std::int64_t group_stride, const float* key_scales, std::int64_t key_scale_stride, float* s) {
-    constexpr int KB = kLaneKeys / G;
-    static constexpr LaneOrder<G> kOrder{};
-    const __m512i index = _mm512_load_si512(kOrder.source);
-    const __m512i upper = _mm512_add_epi32(index, _mm512_set1_epi32(16 / (4 * G)));
-    GATED_ATTENTION_UNROLL
-    for (int k0 = 0; k0 < KB; k0 += 4) {
-      const int left = std::max(0, std::min(4, count - k0));
-      const __m512 keys = key_lane_scales(key_scales + (left > 0 ? k0 : 0) * key_scale_stride,
-                                          key_scale_stride, left);
-      __m512 sums[G];
-      GATED_ATTENTION_UNROLL
-      for (int g = 0; g < G; ++g) {
-        const __m512i a[4] = {_mm512_add_epi32(acc[g][k0][0], acc[g][k0][1]),
-                              _mm512_add_epi32(acc[g][k0 + 1][0], acc[g][k0 + 1][1]),
-                              _mm512_add_epi32(acc[g][k0 + 2][0], acc[g][k0 + 2][1]),
-                              _mm512_add_epi32(acc[g][k0 + 3][0], acc[g][k0 + 3][1])};
-        const __m512 rows = _mm512_loadu_ps(slots + g * group_stride + 2 * padded);
-        sums[g] = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(a)), _mm512_mul_ps(keys, rows));
-      }
-      GATED_ATTENTION_UNROLL
-      for (int v = 0; v < G; ++v) {  // 16 scores: 16 / (4 G) keys each
-        const int keys_in = std::max(0, std::min(4 / G, left - v * (4 / G)));
-        const __m512 out =
-            G == 1 ? _mm512_permutexvar_ps(index, sums[0])
-                   : _mm512_permutex2var_ps(sums[0], v == 0 ? index : upper, sums[G - 1]);
-        _mm512_mask_storeu_ps(s + (k0 + v * (4 / G)) * 4 * G,
-                              static_cast<__mmask16>((1u << (keys_in * 4 * G)) - 1u), out);
-      }
-    }
   }
 
   // ---- P.V: the weights (P times the V scales) as u8 per block and row, vpdpbusd over quads of

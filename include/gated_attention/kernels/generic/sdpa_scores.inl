@@ -238,12 +238,12 @@ struct ScoreTiles {
   // accumulator budget holds. f32 K: row groups of 4, each streaming the block's keys
   // (L1-resident); other K types: every row of a decode unit in one tile, so that each K vector
   // is widened once (see docs/performance-notes.md, "K/V types: one tile for every row").
-  // Storage dot tiles (StorageDot<KT>, DotPrecision::storage): every row in one tile too.
+  // The storage dot (StorageDot<KT>, DotPrecision::storage) reads its row lanes instead.
   static constexpr bool kStorage = Dot::kAvailable;
-  static constexpr int kDotTileRows =
-      !kStorage && (std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit)
-          ? 4
-          : static_cast<int>(kDecodeMaxRows);
+  static_assert(!kStorage || Dot::kRowLanes, "the storage dot's decode scores: row lanes");
+  static constexpr int kDotTileRows = std::is_same_v<KT, float> || !Tuning::kWidenOncePerUnit
+                                          ? 4
+                                          : static_cast<int>(kDecodeMaxRows);
   // Keys of a tile of `rows` rows (f32: those of a 4-row tile, whatever its rows).
   static constexpr int keys_per_tile(int rows) {
     const int tile_rows = kDotTileRows == 4 ? 4 : rows;
@@ -286,11 +286,6 @@ struct ScoreTiles {
                                                      float* scores, std::int64_t row_stride,
                                                      RowScales scales, LineCursor& ahead,
                                                      std::int64_t lines) {
-    if constexpr (kStorage) {
-      storage_dot_tile<KB, RB>(keys, q_rows, q_stride, dk, scores, row_stride, scales, ahead,
-                               lines);
-      return;
-    }
     V acc[KB][RB];
     GATED_ATTENTION_UNROLL
     for (int k = 0; k < KB; ++k) {
@@ -341,62 +336,6 @@ struct ScoreTiles {
         for (int r = 0; r < RB; ++r) acc[k][r] = S::mul(acc[k][r], factor);
       }
     }
-  }
-
-  // dot_tile by the storage dot: q_rows as Dot::pack_query left them (q_stride floats apart).
-  template <int KB, int RB, class Rows>
-  GATED_ATTENTION_ALWAYS_INLINE static void storage_dot_tile(const Rows& keys, const float* q_rows,
-                                                             std::int64_t q_stride, std::int64_t dk,
-                                                             float* scores, std::int64_t row_stride,
-                                                             RowScales scales, LineCursor& ahead,
-                                                             std::int64_t lines) {
-    if constexpr (kDk > 0) q_stride = round_up(kDk, kRowPadding);  // constant offsets
-    typename Dot::Acc acc[KB][RB];
-    GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      const typename Dot::Acc start = Dot::start(q_rows + r * q_stride, q_stride);
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) acc[k][r] = start;
-    }
-    const std::int64_t depth = head_dim<kDk>(dk);
-    const std::int64_t whole = depth / Dot::kStep * Dot::kStep;
-    const std::int64_t steps = whole / Dot::kStep;
-    const std::int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
-    GATED_ATTENTION_UNROLL_PARTLY
-    for (std::int64_t d = 0; d < whole; d += Dot::kStep) {
-      ahead.fetch(per_step);
-      typename Dot::Raw kv[KB];
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = Dot::load(keys.row(k) + d);
-      GATED_ATTENTION_UNROLL
-      for (int r = 0; r < RB; ++r) {
-        const typename Dot::Raw q = Dot::load_query(q_rows + r * q_stride, d);
-        GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) acc[k][r] = Dot::dot(acc[k][r], kv[k], q);
-      }
-    }
-    if (whole < depth) {
-      const int count = static_cast<int>(depth - whole);
-      typename Dot::Raw kv[KB];
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k) kv[k] = Dot::load_partial(keys.row(k) + whole, count);
-      GATED_ATTENTION_UNROLL
-      for (int r = 0; r < RB; ++r) {
-        const typename Dot::Raw q = Dot::load_query_partial(q_rows + r * q_stride, whole, count);
-        GATED_ATTENTION_UNROLL
-        for (int k = 0; k < KB; ++k) acc[k][r] = Dot::dot(acc[k][r], kv[k], q);
-      }
-    }
-    ahead.fetch(lines - per_step * steps);
-    V sums[KB][RB];
-    GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      GATED_ATTENTION_UNROLL
-      for (int k = 0; k < KB; ++k)
-        sums[k][r] = Dot::finish(acc[k][r], q_rows + r * q_stride, q_stride);
-    }
-    scale_by_keys<KB, RB>(sums, scales);
-    store_dot_sums<KB, RB>(sums, scores, row_stride);
   }
 
   // acc[k][r] += kv[k] * q[r] for one vector of d.
@@ -507,11 +446,10 @@ struct ScoreTiles {
   }
 
   // The packed query rows of a head (`rows` of `padded` floats at q_head) in the form the
-  // storage dot's row lanes read (Dot::kRowLanes): each group of 4 in the slots past
+  // storage dot's row lanes read: each group of 4 in the slots past
   // kDecodeMaxRows rows (the head's rows hold at least kRowPadding).
-  static constexpr bool kRowLanes = Dot::kRowLanes;
   static void finish_queries(float* q_head, std::int64_t rows, std::int64_t padded) {
-    if constexpr (kRowLanes) {
+    if constexpr (kStorage) {
       static_assert(kDecodeMaxRows + 2 * Dot::kGroupSlots <= kRowPadding, "slots past the rows");
       for (std::int64_t g = 0; 4 * g < rows; ++g) {
         Dot::interleave_rows(q_head, rows, padded, g,
@@ -536,13 +474,13 @@ struct ScoreTiles {
     const float* slots = q_rows + kDecodeMaxRows * q_stride;
     for (std::int64_t n = 0; n < num_keys; n += KB) {
       const int count = static_cast<int>(std::min<std::int64_t>(KB, num_keys - n));
-      const float* scales = key_scales.advanced(n).first;
+      const float* scales = key_scales.advanced(n).first;  // int8 K only
       for (std::int64_t h = 0; h < heads; ++h) {
-        Dot::template lane_tile<G>(keys.shifted(h * key_head_stride).advanced(n), count,
-                                   slots + h * q_head_stride, q_stride, Dot::kGroupSlots * q_stride,
-                                   head_dim<kDk>(dk), scales + h * key_scale_head_stride,
-                                   key_scales.stride, s + h * s_head_stride + n * 4 * G, cursor,
-                                   lines_per_tile);
+        Dot::template lane_tile<G>(
+            keys.shifted(h * key_head_stride).advanced(n), count, slots + h * q_head_stride,
+            q_stride, Dot::kGroupSlots * q_stride, head_dim<kDk>(dk),
+            scales != nullptr ? scales + h * key_scale_head_stride : nullptr, key_scales.stride,
+            s + h * s_head_stride + n * 4 * G, cursor, lines_per_tile);
       }
     }
     cursor.fetch_rest();
@@ -562,7 +500,7 @@ struct ScoreTiles {
                             std::int64_t dk, float* s, std::int64_t s_head_stride,
                             std::int64_t row_stride, RowScales key_scales,
                             std::int64_t key_scale_head_stride, const RowPrefetch& ahead) {
-    if constexpr (kRowLanes) {
+    if constexpr (kStorage) {
       const auto lanes = rows > 4 ? &lane_scores<2, Rows> : &lane_scores<1, Rows>;
       lanes(heads, keys, key_head_stride, num_keys, q_rows, q_head_stride, q_stride, dk, s,
             s_head_stride, key_scales, key_scale_head_stride, ahead);

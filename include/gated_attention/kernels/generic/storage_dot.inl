@@ -1,10 +1,8 @@
 // StorageDot<E>: dot instructions on stored elements of type E for DotPrecision::storage, where a
 // path has them (kernels/avx512/storage_dot.inl). Elsewhere none: the tiles widen to f32.
 //   kAvailable: decode scores on K in place; pack_query(row, d, padded) stores a scaled query row
-//     in the form they read. Either by Raw vectors of kStep elements: Acc acc = start(q row,
-//     padded), acc = dot(acc, load(k), load_query(q row, d)), then finish(acc, q row, padded) as
-//     f32 lanes whose sum is the score; or, where kRowLanes, by lane_tile over groups of 4 query
-//     rows that interleave_rows laid side by side.
+//     in the form they read, and kRowLanes: lane_tile over groups of 4 query rows that
+//     interleave_rows laid side by side (kernels/avx512/storage_dot.inl, RowLanes).
 //   kWeights: decode P.V with the weights rounded (pack_weights, value_rows).
 //   kDecodeBlock (where kAvailable or kWeights): keys per decode block.
 //   kPanels: prefill S^T and P.V tiles by pairs in 32-bit words: q panels of pair_bits, K pairs
