@@ -264,29 +264,24 @@ struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
   }
 
   // Output dims [c, c + 32) of RB rows (stride out_stride) over num_keys V rows: V chunks of 32
-  // bf16 (count valid), interleaved per key pair into dims [c, c + 16) and [c + 16, c + 32).
+  // bf16 (count valid) interleaved per key pair within 128-bit lanes, so that lane l of acc[r][h]
+  // holds dims 8 l + 4 h .. 8 l + 4 h + 3; put in order once, at the end (add_pairs).
   template <int RB, class Rows>
   GATED_ATTENTION_ALWAYS_INLINE static void chunk(const std::uint32_t* pairs, std::int64_t stride,
                                                   const Rows& values, std::int64_t num_keys,
                                                   int count, float* out, std::int64_t out_stride,
                                                   LineCursor& ahead, std::int64_t lines_per_pair) {
-    const __m512i low = interleave_low(), high = interleave_high();
     const __mmask32 loads = first(count);
-    const __mmask16 lo_mask = static_cast<__mmask16>((1u << std::min(count, 16)) - 1u);
-    const __mmask16 hi_mask = static_cast<__mmask16>((1u << std::max(count - 16, 0)) - 1u);
     __m512 acc[RB][2];
     GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      acc[r][0] = _mm512_maskz_loadu_ps(lo_mask, out + r * out_stride);
-      acc[r][1] = _mm512_maskz_loadu_ps(hi_mask, out + r * out_stride + 16);
-    }
+    for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (std::int64_t n = 0; n < num_keys; n += 2) {
       ahead.fetch(lines_per_pair);
       const __m512i a = _mm512_maskz_loadu_epi16(loads, values.row(n));
       const __m512i b = n + 1 < num_keys ? _mm512_maskz_loadu_epi16(loads, values.row(n + 1))
                                          : _mm512_setzero_si512();
-      const __m512bh lo = as_bf16_pairs(_mm512_permutex2var_epi16(a, low, b));
-      const __m512bh hi = as_bf16_pairs(_mm512_permutex2var_epi16(a, high, b));
+      const __m512bh lo = as_bf16_pairs(_mm512_unpacklo_epi16(a, b));
+      const __m512bh hi = as_bf16_pairs(_mm512_unpackhi_epi16(a, b));
       const std::uint32_t* w = pairs + n / 2 * stride;
       GATED_ATTENTION_UNROLL
       for (int r = 0; r < RB; ++r) {
@@ -296,10 +291,23 @@ struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
       }
     }
     GATED_ATTENTION_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      _mm512_mask_storeu_ps(out + r * out_stride, lo_mask, acc[r][0]);
-      _mm512_mask_storeu_ps(out + r * out_stride + 16, hi_mask, acc[r][1]);
-    }
+    for (int r = 0; r < RB; ++r) add_pairs(acc[r], count, out + r * out_stride);
+  }
+
+  // out[0, count) += the dims of acc, in chunk's lane order.
+  GATED_ATTENTION_ALWAYS_INLINE static void add_pairs(const __m512 (&acc)[2], int count,
+                                                      float* out) {
+    // Dims 8 j .. 8 j + 7: 128-bit lane j of acc[0], then of acc[1].
+    const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+    const __mmask16 lo_mask = static_cast<__mmask16>((1u << std::min(count, 16)) - 1u);
+    const __mmask16 hi_mask = static_cast<__mmask16>((1u << std::max(count - 16, 0)) - 1u);
+    const __m512 dims_lo = _mm512_permutex2var_ps(acc[0], low, acc[1]);
+    const __m512 dims_hi = _mm512_permutex2var_ps(acc[0], high, acc[1]);
+    _mm512_mask_storeu_ps(out, lo_mask,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(lo_mask, out), dims_lo));
+    _mm512_mask_storeu_ps(out + 16, hi_mask,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(hi_mask, out + 16), dims_hi));
   }
 
   // RB rows, every chunk of dv; ahead: its lines fetched in even shares over the key pairs (see
