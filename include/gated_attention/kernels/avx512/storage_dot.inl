@@ -230,19 +230,8 @@ struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
     std::memcpy(row, bits, static_cast<std::size_t>(padded) * sizeof(bits[0]));
   }
 
-  // vpermt2w indices interleaving two rows a and b element by element: elements 0..15 of each
-  // (low) or 16..31 (high) as a0 b0 a1 b1 ...
-  static __m512i interleave_low() {
-    return _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
-                             0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
-                             0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
-  }
-  static __m512i interleave_high() {
-    return _mm512_add_epi16(interleave_low(), _mm512_set1_epi16(16));
-  }
-
   // ---- P.V: P rounded to bf16, vdpbf16ps over pairs of keys: V rows 2m and 2m + 1 interleaved
-  // element by element (vpermt2w), P as (P[2m], P[2m + 1]) pairs per row ----
+  // element by element within 128-bit lanes (unpacks), P as (P[2m], P[2m + 1]) pairs per row ----
 
   // pairs[m * stride + r] = (bf16(P^T[2m, r]), bf16(P^T[2m + 1, r])) for the num_keys rows of
   // P^T (stride 4 or 8 floats), the missing key of an odd count 0.
@@ -379,6 +368,17 @@ struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
                                  _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
       }
     }
+  }
+
+  // vpermt2w indices interleaving two rows a and b element by element: elements 0..15 of each
+  // (low) or 16..31 (high) as a0 b0 a1 b1 ...
+  static __m512i interleave_low() {
+    return _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005,
+                             0x00260006, 0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b,
+                             0x002c000c, 0x002d000d, 0x002e000e, 0x002f000f);
+  }
+  static __m512i interleave_high() {
+    return _mm512_add_epi16(interleave_low(), _mm512_set1_epi16(16));
   }
 
   // A V block [num_keys, dv] by pairs of keys: column j (dims 16j..16j+16) of pair m at
