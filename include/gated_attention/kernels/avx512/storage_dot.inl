@@ -48,6 +48,8 @@ template <class Dot, class E>
 struct RowLanes {
   static constexpr bool kRowLanes = true;
   static constexpr int kLaneKeys = 8;  // keys of a tile
+  // Slots (of `padded` floats) a group's interleaved rows take: 4 rows of padded elements.
+  static constexpr std::int64_t kRowSlots = sizeof(E);
 
   // The 4 rows [4 g, 4 g + 4) of the packed rows at q (`padded` floats apart; rows past `rows`
   // zero) into the group's slots at `slots`: 16-byte chunk c of row l at bytes 64 c + 16 l.
@@ -216,7 +218,7 @@ struct StorageDot<bf16> : RowLanes<StorageDot<bf16>, bf16> {
 
   // Row lanes (RowLanes): a group's slots hold its 4 interleaved rows alone.
   static constexpr bool kLaneScales = false;
-  static constexpr std::int64_t kGroupSlots = 2;
+  static constexpr std::int64_t kGroupSlots = kRowSlots;
   using Lane = __m512;
   static Lane lane_start(const float*, std::int64_t) { return _mm512_setzero_ps(); }
   static Lane lane_dot(Lane acc, Raw k, Raw q) { return dot(acc, k, q); }
@@ -488,8 +490,8 @@ struct StorageDot<std::int8_t> : RowLanes<StorageDot<std::int8_t>, std::int8_t> 
   // accumulator (lane 4 l: row l's -128 sum(q)), then the row scales (lane 4 l + e: row l's) ----
 
   static constexpr bool kLaneScales = true;
-  static constexpr std::int64_t kGroupSlots = 3;
-  static constexpr std::int64_t kStartSlot = 1, kScaleSlot = 2;
+  static constexpr std::int64_t kStartSlot = kRowSlots, kScaleSlot = kRowSlots + 1;
+  static constexpr std::int64_t kGroupSlots = kRowSlots + 2;
   using Lane = __m512i;
   static Lane lane_start(const float* slots, std::int64_t padded) {
     return _mm512_loadu_si512(slots + kStartSlot * padded);
