@@ -344,6 +344,86 @@ TEST_CASE("sdpa: int8 scales are required, shaped and finite, each error naming 
   CHECK(contains(s, "v_scales: expected none for a float, bf16 or f16 V, got a view"));
 }
 
+// run() checks the scales in the tasks that read them (decode: block by block), so the error must
+// come back from every path, regime, precision and worker count, from whichever task reads the
+// bad scale: a split unit's second half, a later decode block, the second entry, K or V.
+TEST_CASE("sdpa: run() finds a bad int8 scale in the task that reads it, on every path",
+          "[sdpa][kv_types][validate]") {
+  namespace ga = gated_attention;
+  using I8 = std::int8_t;
+  struct Bad {
+    bool k;
+    std::int64_t entry, key, head;
+  };
+  const Bad bads[] = {{true, 0, 3, 0}, {false, 0, 270, 1}, {true, 1, 168, 1}, {false, 1, 100, 0}};
+  PathGuard guard;
+  for (const std::int64_t q_len : {1, 20}) {
+    for (const int threads : {1, 2}) {
+      Case c = Case::make("int8 scales in tasks", 2, q_len, 300, 4, 2, 64, 64)
+                   .with_kv_lens({300, 170})
+                   .with_threads(threads)
+                   .with_kv_types(ElementType::i8, ElementType::i8);
+      if (q_len > 1) c.causal();
+      Problem p(c);
+      const ga::SdpaArgs<float, I8, I8> good = p.typed_args<I8, I8>();
+      std::vector<std::byte> ws(ga::workspace_size(good, threads));
+      const ga::Workspace w(ws.data(), ws.size());
+      const ga::Executor executor = threads > 1 ? shared_pool(threads).executor() : ga::Executor{};
+      for (const Bad& bad : bads) {
+        std::vector<float> scales(bad.k ? p.k_stored.scales : p.v_stored.scales);
+        ga::SdpaArgs<float, I8, I8> a = good;
+        (bad.k ? a.maybe_k_scales : a.maybe_v_scales).data = scales.data();
+        scales[static_cast<std::size_t>((bad.entry * 300 + bad.key) * 2 + bad.head)] = kNaN;
+        const ga::Status expected = ga::can_implement(a);
+        REQUIRE(!expected.is_ok());
+        INFO(describe(c) << ", " << expected.message());
+        for (ga::Isa isa : ga::testing::available_isas()) {
+          ga::set_isa_limit(isa);
+          for (ga::DotPrecision precision : {ga::DotPrecision::exact, ga::DotPrecision::storage}) {
+            a.dot_precision = precision;
+            INFO(ga::to_string(isa) << ", precision " << static_cast<int>(precision));
+            CHECK(std::string(ga::run(a, w, executor).message()) == expected.message());
+            // run_phase: the workers whose tasks read it return it, the others nothing.
+            int refused = 0;
+            for (int ith = 0; ith < threads; ++ith) {
+              const ga::Status s = ga::run_phase(a, w, 0, ith, threads);
+              if (s.is_ok()) continue;
+              ++refused;
+              CHECK(std::string(s.message()) == expected.message());
+            }
+            CHECK(refused >= 1);
+            CHECK(ga::run(good, w, executor).is_ok());  // nothing left behind
+          }
+        }
+        ga::clear_isa_limit();
+      }
+    }
+  }
+}
+
+// A bad scale of a key no query sees (outside every row's window) fails can_implement(), which
+// checks every scale below kv_lens, but not run(), which checks those its tasks read.
+TEST_CASE("sdpa: run() passes a bad int8 scale that no query reads", "[sdpa][kv_types][validate]") {
+  namespace ga = gated_attention;
+  using I8 = std::int8_t;
+  Case c = Case::make("int8 scale outside the window", 1, 1, 200, 4, 2, 64, 64)
+               .with_mask(ga::Mask::window(16, 0))
+               .with_kv_types(ElementType::i8, ElementType::i8);
+  Problem p(c);
+  ga::SdpaArgs<float, I8, I8> a = p.typed_args<I8, I8>();
+  std::vector<float> scales(p.k_stored.scales);
+  a.maybe_k_scales.data = scales.data();
+  scales[10 * 2] = kNaN;  // key 10: the query at position 199 sees keys 183..199
+  CHECK(!ga::can_implement(a).is_ok());
+  std::vector<std::byte> ws(ga::workspace_size(a, 1));
+  PathGuard guard;
+  for (ga::Isa isa : ga::testing::available_isas()) {
+    ga::set_isa_limit(isa);
+    INFO(ga::to_string(isa));
+    CHECK(ga::run(a, ga::Workspace(ws.data(), ws.size())).is_ok());
+  }
+}
+
 // ---- The block with a bf16, f16 or int8 cache ----
 //
 // Tolerance. The block and the reference block each store their own K/V rows (f32 in the block,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "gated_attention/core/workspace.hpp"
@@ -391,6 +392,8 @@ struct SdpaContext {
   const SdpaLayout* layout = nullptr;
   const std::int64_t* unit_offsets = nullptr;  // packed queries: count_packed_units()'s
   float scale_log2 = 0.0f;  // logit scale * log2(e): scores are kept in log2 units
+  // Set by a task that found a bad int8 row scale among its keys' (and computed nothing).
+  mutable std::atomic<bool> bad_row_scales{false};
 
   SdpaUnit unit_at(std::int64_t unit) const {
     return plan->packed ? packed_unit_at(*plan, *args, unit_offsets, unit)

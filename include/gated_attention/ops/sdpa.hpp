@@ -1,6 +1,6 @@
 // Scaled dot-product attention with the output gate, sinks and log-sum-exp fused in the epilogue.
 //
-//   Status s = can_implement(args);                     // shapes, strides, types
+//   Status s = can_implement(args);                     // shapes, strides, types, values
 //   std::vector<std::byte> ws(workspace_size(args, executor));
 //   s = run(args, Workspace(ws.data(), ws.size()), executor);
 //
@@ -10,6 +10,11 @@
 //
 // The path (scalar, avx2, avx512, neon) is chosen at each call from the CPU and the ISA limit
 // (dispatch/cpu.hpp); sdpa_path() tells which one runs. run() allocates no memory.
+//
+// run() checks the int8 row scales of the keys it reads in the tasks that read them, in
+// parallel: on a NaN, infinite or negative one it returns the first bad scale's error (as
+// can_implement() does) and leaves out unspecified. A run_phase() call returns it where its own
+// tasks read one.
 #pragma once
 
 #include <cstddef>
@@ -27,18 +32,29 @@
 
 namespace gated_attention {
 
+namespace detail {
+
 template <class T, class KT, class VT>
-Status can_implement(const SdpaArgs<T, KT, VT>& args) {
+constexpr bool sdpa_types() {
   static_assert(is_activation_type_v<T>, "q, gate and out: float, bf16 or f16");
   static_assert(is_kv_type_v<KT> && is_kv_type_v<VT>, "K and V: float, bf16, f16 or std::int8_t");
+  return true;
+}
+
+}  // namespace detail
+
+// Every check, the int8 row scales below each entry's kv_lens included.
+template <class T, class KT, class VT>
+Status can_implement(const SdpaArgs<T, KT, VT>& args) {
+  static_assert(detail::sdpa_types<T, KT, VT>());
   return validate(args);
 }
 
 // Bytes of workspace run() needs with `num_workers` workers (the executor's num_workers); 0 for
-// arguments can_implement() rejects (run() then reports why).
+// arguments can_implement() rejects other than by a row scale's value (run() then reports why).
 template <class T, class KT, class VT>
 std::size_t workspace_size(const SdpaArgs<T, KT, VT>& args, int num_workers) {
-  if (!validate(args).is_ok()) return 0;
+  if (!detail::validate_sdpa_call(args).is_ok()) return 0;
   return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(args, num_workers));
 }
 
@@ -53,11 +69,11 @@ inline std::size_t workspace_size(const SdpaShape& shape, int num_workers) {
   return kernels::sdpa_workspace_bytes(kernels::make_sdpa_plan(shape, num_workers));
 }
 
-// Phases of a run_phase() call sequence; 1 for arguments can_implement() rejects (run_phase()
-// then reports why).
+// Phases of a run_phase() call sequence; 1 for arguments can_implement() rejects other than by a
+// row scale's value (run_phase() then reports why).
 template <class T, class KT, class VT>
 int num_phases(const SdpaArgs<T, KT, VT>& args, int num_workers) {
-  if (!validate(args).is_ok()) return 1;
+  if (!detail::validate_sdpa_call(args).is_ok()) return 1;
   return kernels::make_sdpa_plan(args, num_workers).num_phases();
 }
 
@@ -161,7 +177,8 @@ SdpaTaskFns sdpa_task_fns([[maybe_unused]] const SdpaArgs<T, KT, VT>& args, Isa 
 template <class T, class KT, class VT, class Body>
 Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, int num_workers,
                          Body&& body, int carving_worker = -1) {
-  GATED_ATTENTION_RETURN_IF_ERROR(can_implement(args));
+  static_assert(sdpa_types<T, KT, VT>());
+  GATED_ATTENTION_RETURN_IF_ERROR(validate_sdpa_call(args));
   kernels::SdpaPlan plan = kernels::make_sdpa_plan(args, num_workers);
   const std::size_t needed = kernels::sdpa_workspace_bytes(plan);
   const kernels::SdpaLayout layout = kernels::carve_sdpa_layout(workspace, plan, carving_worker);
@@ -181,12 +198,10 @@ Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, i
   ctx.layout = &layout;
   ctx.scale_log2 = args.scale_log2();
   const SdpaTaskFns fns = sdpa_task_fns(args, active_isa(), plan);
-  if constexpr (std::is_void_v<decltype(body(ctx, plan, fns))>) {
-    body(ctx, plan, fns);
-    return Status::ok();
-  } else {
-    return body(ctx, plan, fns);
-  }
+  GATED_ATTENTION_RETURN_IF_ERROR(body(ctx, plan, fns));
+  // A task that read a bad row scale computed nothing: the first bad scale named.
+  if (ctx.bad_row_scales.load(std::memory_order_relaxed)) return check_all_row_scales(args);
+  return Status::ok();
 }
 
 }  // namespace detail

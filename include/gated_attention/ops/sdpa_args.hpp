@@ -362,15 +362,28 @@ inline bool all_scales_good(const float* scales, std::int64_t n) {
   return ok;
 }
 
+// Whether rows [row, row + count) of index `index` (an entry, or a page) of a row-scale view, KV
+// heads [h0, h0 + heads), are all scale_good: one pass where those scales are contiguous.
+inline bool scale_rows_good(const TensorView<const float, 3>& s, std::int64_t index,
+                            std::int64_t row, std::int64_t count, std::int64_t h0,
+                            std::int64_t heads) {
+  if (s.strides[2] == 1 && (count == 1 || (heads == s.extents[2] && s.strides[1] == heads))) {
+    return all_scales_good(&s(index, row, h0), count * heads);
+  }
+  bool ok = true;
+  for (std::int64_t n = row; n < row + count; ++n) {
+    for (std::int64_t h = h0; h < h0 + heads; ++h) ok &= scale_good(s(index, n, h));
+  }
+  return ok;
+}
+
 // Rows [0, count) of index `index` of a row-scale view (an entry, or a page), finite and >= 0;
 // an error names entry b and its position first + n.
 inline Status check_scale_rows(const char* name, const TensorView<const float, 3>& s,
                                std::int64_t index, std::int64_t count, std::int64_t b,
                                std::int64_t first) {
   const std::int64_t heads = s.extents[2];
-  if (s.strides[2] == 1 && s.strides[1] == heads) {  // contiguous rows: one branch-free pass
-    if (all_scales_good(&s.data[index * s.strides[0]], count * heads)) return Status::ok();
-  }
+  if (scale_rows_good(s, index, 0, count, 0, heads)) return Status::ok();
   for (std::int64_t n = 0; n < count; ++n) {
     for (std::int64_t h = 0; h < heads; ++h) {
       const float x = s(index, n, h);
@@ -385,7 +398,7 @@ inline Status check_scale_rows(const char* name, const TensorView<const float, 3
   return Status::ok();
 }
 
-// The scales of the rows the call reads (those below each entry's kv_lens): finite and >= 0.
+// The scales of the rows the call may read (those below each entry's kv_lens): finite and >= 0.
 template <class T, class KT, class VT>
 Status check_row_scale_values(const char* name, const TensorView<const float, 3>& s,
                               const SdpaArgs<T, KT, VT>& args) {
@@ -400,6 +413,31 @@ Status check_row_scale_values(const char* name, const TensorView<const float, 3>
     }
   }
   return Status::ok();
+}
+
+// Both row-scale views' values, the first bad scale named.
+template <class T, class KT, class VT>
+Status check_all_row_scales(const SdpaArgs<T, KT, VT>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(check_row_scale_values("k_scales", args.maybe_k_scales, args));
+  return check_row_scale_values("v_scales", args.maybe_v_scales, args);
+}
+
+// Whether the K and V scales of keys [n0, n1) of entry b, KV heads [h0, h0 + heads), are finite
+// and >= 0: what one SDPA task reads, checked by the task itself (in parallel, and into the cache
+// of the core that reads them next).
+template <class T, class KT, class VT>
+bool key_scales_good(const SdpaArgs<T, KT, VT>& args, std::int64_t b, std::int64_t n0,
+                     std::int64_t n1, std::int64_t h0, std::int64_t heads) {
+  bool ok = true;
+  for (std::int64_t n = n0; n < n1 && ok;) {
+    const KeyAt at = args.key_at(b, n);
+    const std::int64_t count = args.paged() ? std::min(n1 - n, args.page_size() - at.row) : n1 - n;
+    for (const TensorView<const float, 3>* s : {&args.maybe_k_scales, &args.maybe_v_scales}) {
+      if (s->data != nullptr) ok &= scale_rows_good(*s, at.index, at.row, count, h0, heads);
+    }
+    n += count;
+  }
+  return ok;
 }
 
 // Pages of page_size >= 1 keys (the pool's dim 1), max_pages of them (the table's dim 1) within
@@ -619,9 +657,8 @@ Status validate_sdpa_values(const SdpaArgs<T, KT, VT>& args) {
                            static_cast<long long>(n));
     }
   }
-  if (args.packed()) GATED_ATTENTION_RETURN_IF_ERROR(check_query_offsets(args));
-  GATED_ATTENTION_RETURN_IF_ERROR(check_row_scale_values("k_scales", args.maybe_k_scales, args));
-  return check_row_scale_values("v_scales", args.maybe_v_scales, args);
+  if (args.packed()) return check_query_offsets(args);
+  return Status::ok();
 }
 
 // Every written view (out, lse, statistics) addresses each element once and is disjoint from
@@ -659,13 +696,22 @@ Status validate_sdpa_written(const SdpaArgs<T, KT, VT>& args) {
   return Status::ok();
 }
 
+// All but the row scales' values: what run() checks before its tasks start (each task checks
+// the scales it reads: key_scales_good).
+template <class T, class KT, class VT>
+Status validate_sdpa_call(const SdpaArgs<T, KT, VT>& args) {
+  GATED_ATTENTION_RETURN_IF_ERROR(validate_sdpa_shapes(args));
+  GATED_ATTENTION_RETURN_IF_ERROR(validate_sdpa_values(args));
+  return validate_sdpa_written(args);
+}
+
 }  // namespace detail
 
+// Every check, the row scales below each entry's kv_lens included.
 template <class T, class KT, class VT>
 Status validate(const SdpaArgs<T, KT, VT>& args) {
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_shapes(args));
-  GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_values(args));
-  return detail::validate_sdpa_written(args);
+  GATED_ATTENTION_RETURN_IF_ERROR(detail::validate_sdpa_call(args));
+  return detail::check_all_row_scales(args);
 }
 
 }  // namespace gated_attention

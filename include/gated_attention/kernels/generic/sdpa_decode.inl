@@ -207,13 +207,18 @@ struct DecodeBlocks {
     head_blocks(u, &seg, 1, n0, nb, stride, all_visible);
   }
 
-  static void run(const UnitWork<T, KT, VT>& u) {
+  // The task's blocks; false where a block's int8 row scales are not all finite and >= 0 (checked
+  // block by block, so that the tiles find them in L1), the blocks from there on skipped.
+  static bool run(const UnitWork<T, KT, VT>& u) {
     const std::int64_t stride = score_stride(u.rows);
     pack_queries(u, stride);
     for (std::int64_t n0 = u.begin; n0 < u.end; n0 += kBlock) {
       const std::int64_t nb = std::min(kBlock, u.end - n0);
       const BlockVisibility seen = block_visibility(u.w, u.rows, u.plan.group, n0, n0 + nb - 1);
-      if (seen.any) block(u, n0, nb, stride, seen.all);
+      if (!seen.any) continue;
+      if (!u.key_scales_good(n0, n0 + nb)) return false;
+      block(u, n0, nb, stride, seen.all);
     }
+    return true;
   }
 };

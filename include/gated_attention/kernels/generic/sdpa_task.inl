@@ -78,17 +78,26 @@ struct SdpaKernel {
     }
   }
 
+  // The task's blocks by its regime; false where a K or V row scale it reads is bad (decode checks
+  // them block by block, prefill all of them first: each block reads every key).
+  static bool run_blocks(const UnitWork<T, KT, VT>& u) {
+    if (u.begin >= u.end) return true;
+    if (u.geometry.regime == SdpaRegime::decode) {
+      return DecodeBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
+    }
+    if (!u.key_scales_good(u.begin, u.end)) return false;
+    PrefillBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
+    return true;
+  }
+
   static void task(void* context, std::int64_t task_index, int worker) {
     const DenormalsAsZero flush;  // for this task (kernels/denormals.hpp)
     const auto& ctx = *static_cast<const SdpaContext<T, KT, VT>*>(context);
     const SdpaTask task = task_at(*ctx.plan, task_index);
     const UnitWork<T, KT, VT> u = start(ctx, task, worker);
-    if (u.begin < u.end) {
-      if (u.geometry.regime == SdpaRegime::decode) {
-        DecodeBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
-      } else {
-        PrefillBlocks<T, KT, VT, kDk, kDv, kRoundWeights>::run(u);
-      }
+    if (!run_blocks(u)) {  // a bad int8 row scale: nothing written
+      ctx.bad_row_scales.store(true, std::memory_order_relaxed);
+      return;
     }
     if (task.split_unit) {
       store_partial(u, *ctx.layout, task.split_index);

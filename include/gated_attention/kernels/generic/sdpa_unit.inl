@@ -58,6 +58,16 @@ struct UnitWork {
       round_query_row<KT>(row, depth);
     }
   }
+  // Whether the int8 K and V row scales of keys [n0, n1) of the unit's heads are finite and >= 0
+  // (true for other types).
+  bool key_scales_good(std::int64_t n0, std::int64_t n1) const {
+    if constexpr (std::is_same_v<KT, std::int8_t> || std::is_same_v<VT, std::int8_t>) {
+      return ::gated_attention::detail::key_scales_good(args, unit.batch, n0, n1, unit.kv_head,
+                                                        heads);
+    } else {
+      return true;
+    }
+  }
   // The end of the run of keys from n0 to at most n1 that lies in n0's page (for pages read in
   // place; n1 otherwise).
   std::int64_t segment_end(std::int64_t n0, std::int64_t n1) const {
