@@ -211,7 +211,7 @@ Status run(const SdpaArgs<T, KT, VT>& args, Workspace workspace, const Executor&
   return detail::with_sdpa_context(args, workspace, executor.num_workers,
                                    [&](auto& ctx, const auto& plan, const auto& fns) {
                                      executor.run(plan.tasks(), fns.task, &ctx);
-                                     if (plan.num_phases() > 1)
+                                     if (plan.num_phases() > 1 && !ctx.bad_row_scales.load())
                                        executor.run(plan.split_units(), fns.merge, &ctx);
                                      return Status::ok();
                                    });
