@@ -122,6 +122,31 @@ TEST_CASE("sdpa: K and V of different types on every path", "[sdpa][kv_types]") 
   check_types<ElementType::i8, ElementType::f16>();
 }
 
+TEST_CASE("sdpa: NaN and Inf in 16-bit keys a decode row cannot see stay out of its output",
+          "[sdpa][kv_types][numerics]") {
+  // Two decode positions with a window: key 199 is visible to position 298 alone, so its block is
+  // partly visible and, holding NaN or Inf, takes the exact accumulation that skips zero weights
+  // (on bf16 V: in pair order, for 4 rows read in place and for 8 rows widened once).
+  for (const float poison : {kNaN, kInf, -kInf}) {
+    for (const ElementType t : {ElementType::bf16, ElementType::f16}) {
+      for (const std::int64_t hq : {4, 8}) {
+        Case c = Case::make("poison beside the window, decode", 1, 2, 300, hq, 2, 128, 128)
+                     .with_mask(gated_attention::Mask::causal_window(100))
+                     .with_kv_types(t, t)
+                     .with_lse();
+        c.poisoned_keys = {199};
+        c.poison_value = poison;
+        const PathCheck r =
+            t == ElementType::bf16
+                ? check_every_path_as<gated_attention::bf16, gated_attention::bf16>(c)
+                : check_every_path_as<gated_attention::f16, gated_attention::f16>(c);
+        INFO(r.failure);
+        CHECK(r.failure.empty());
+      }
+    }
+  }
+}
+
 TEST_CASE("sdpa: storage dot precision on every path", "[sdpa][kv_types]") {
   constexpr auto kStorage = gated_attention::DotPrecision::storage;
   check_types<ElementType::bf16, ElementType::bf16>(kStorage);

@@ -113,6 +113,43 @@ GATED_ATTENTION_ALWAYS_INLINE void store_row_part(E* p, Simd::V v, int count) {
   }
 }
 
+// Pair order (Simd::load_pairs reads bf16 rows so): each whole chunk of 2 kLanes floats of a row
+// holds its even elements, then its odd ones; a shorter tail stays in order. to_pair_order puts
+// the first `whole` (a multiple of 2 kLanes) floats of a row in it, from_pair_order back.
+inline void to_pair_order(float* row, std::int64_t whole) {
+  constexpr int L = Simd::kLanes;
+  float chunk[2 * L];
+  for (std::int64_t d = 0; d < whole; d += 2 * L) {
+    for (int i = 0; i < L; ++i) {
+      chunk[i] = row[d + 2 * i];
+      chunk[L + i] = row[d + 2 * i + 1];
+    }
+    std::copy(chunk, chunk + 2 * L, row + d);
+  }
+}
+inline void from_pair_order(float* row, std::int64_t whole) {
+  constexpr int L = Simd::kLanes;
+  float chunk[2 * L];
+  for (std::int64_t d = 0; d < whole; d += 2 * L) {
+    for (int i = 0; i < L; ++i) {
+      chunk[2 * i] = row[d + i];
+      chunk[2 * i + 1] = row[d + L + i];
+    }
+    std::copy(chunk, chunk + 2 * L, row + d);
+  }
+}
+
+// A bf16 row of d elements (a multiple of 2 kLanes) widened to f32 into out[0, d), in pair order.
+GATED_ATTENTION_ALWAYS_INLINE void widen_pairs(const bf16* row, std::int64_t d, float* out) {
+  constexpr int L = Simd::kLanes;
+  for (std::int64_t c = 0; c < d; c += 2 * L) {
+    Simd::V even, odd;
+    Simd::load_pairs(row + c, even, odd);
+    Simd::store(out + c, even);
+    Simd::store(out + c + L, odd);
+  }
+}
+
 // n rows of d elements (`stride` apart) widened to f32 into out [n, d].
 template <class E>
 void widen_rows(const E* rows, std::int64_t stride, std::int64_t n, std::int64_t d, float* out) {

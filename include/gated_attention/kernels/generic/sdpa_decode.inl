@@ -108,8 +108,8 @@ struct DecodeBlocks {
     if constexpr (std::is_same_v<VT, std::int8_t> && !Values::kStorage) {
       u.scale_by_rows(seg.values.head_scales(h), scores, nb, stride, stride);
     }
-    if (!all_visible && Values::accumulate_if_not_finite(scores, stride, u.rows, values, nb,
-                                                         head_dim<kDv>(u.dv), out, dvp)) {
+    if (!all_visible && Values::template accumulate_if_not_finite<Values::kValuePairs>(
+                            scores, stride, u.rows, values, nb, head_dim<kDv>(u.dv), out, dvp)) {
       return;
     }
     constexpr bool kWidenOnce =
@@ -126,7 +126,11 @@ struct DecodeBlocks {
     } else if (kWidenOnce && u.rows > Values::kInPlaceTileRows) {
       // More than one row group: V widened once into L1 for all of them.
       for (std::int64_t n = 0; n < nb; ++n) {
-        widen_rows(values.row(n), 0, 1, kDv, w.kv_block + n * kDv);
+        if constexpr (Values::kValuePairs) {
+          widen_pairs(values.row(n), kDv, w.kv_block + n * kDv);
+        } else {
+          widen_rows(values.row(n), 0, 1, kDv, w.kv_block + n * kDv);
+        }
       }
       ValueTiles<float, kDv>::accumulate_in_place(
           scores, stride, u.rows, StridedRows<float>{w.kv_block, kDv}, nb, out, dvp, next_keys);
@@ -218,6 +222,12 @@ struct DecodeBlocks {
       if (!seen.any) continue;
       if (!u.key_scales_good(n0, n0 + nb)) return false;
       block(u, n0, nb, stride, seen.all);
+    }
+    if constexpr (Values::kValuePairs) {
+      for (std::int64_t h = 0; h < u.heads; ++h) {
+        float* out = u.w.out + h * u.out_size();
+        for (std::int64_t r = 0; r < u.rows; ++r) from_pair_order(out + r * u.plan.dv_padded, kDv);
+      }
     }
     return true;
   }

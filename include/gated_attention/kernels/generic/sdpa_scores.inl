@@ -251,8 +251,7 @@ struct ScoreTiles {
   }
 
   // bf16 K rows are read a pair of vectors at a time (Simd::load_pairs: even and odd elements),
-  // so each whole chunk of kStep elements of a packed q row holds its even elements, then its odd
-  // ones (order_query); a tail shorter than kStep stays in order.
+  // so packed q rows are in pair order (to_pair_order) up to a tail shorter than kStep.
   static constexpr bool kPairs = std::is_same_v<KT, bf16> && !kStorage;
   static constexpr int kStep = kPairs ? 2 * L : L;
   static std::int64_t whole_steps(std::int64_t depth) { return depth / kStep * kStep; }
@@ -266,16 +265,7 @@ struct ScoreTiles {
     }
   }
   static void order_query(float* row, std::int64_t depth) {
-    if constexpr (kPairs) {
-      float chunk[kStep];
-      for (std::int64_t d = 0; d < whole_steps(depth); d += kStep) {
-        for (int i = 0; i < L; ++i) {
-          chunk[i] = row[d + 2 * i];
-          chunk[L + i] = row[d + 2 * i + 1];
-        }
-        std::copy(chunk, chunk + kStep, row + d);
-      }
-    }
+    if constexpr (kPairs) to_pair_order(row, whole_steps(depth));
   }
 
   // S^T[k, r] for KB keys and RB rows; q_rows is [rows, q_stride], zero-padded to whole vectors

@@ -40,8 +40,8 @@ struct ValueTiles {
   }
 
   // O[r] += sum_n P^T[n, r] V[n] over the keys whose weight is not zero: exact where V holds NaN
-  // or Inf (0 * NaN is NaN).
-  template <class Rows>
+  // or Inf (0 * NaN is NaN). kPairOrder: O in pair order (kValuePairs).
+  template <bool kPairOrder, class Rows>
   static void accumulate_skipping_zero_weights(const float* p, std::int64_t row_stride,
                                                std::int64_t rows, const Rows& values,
                                                std::int64_t num_keys, std::int64_t dv, float* out,
@@ -53,6 +53,15 @@ struct ValueTiles {
         if (weight == 0.0f) continue;
         const V wv = S::set1(weight);
         const VT* row = values.row(n);
+        if constexpr (kPairOrder) {
+          for (std::int64_t c = 0; c < dv; c += 2 * L) {
+            V even, odd;
+            S::load_pairs(row + c, even, odd);
+            S::store(o + c, S::fma(wv, even, S::load(o + c)));
+            S::store(o + c + L, S::fma(wv, odd, S::load(o + c + L)));
+          }
+          continue;
+        }
         for (std::int64_t c = 0; c < dv; c += L) {
           const int count = static_cast<int>(std::min<std::int64_t>(L, dv - c));
           if (count == L) {
@@ -69,12 +78,13 @@ struct ValueTiles {
 
   // For a block that some rows see only in part: accumulates it exactly and returns true when V
   // holds NaN or Inf; returns false (nothing done) when it is finite.
-  template <class Rows>
+  template <bool kPairOrder = false, class Rows>
   static bool accumulate_if_not_finite(const float* p, std::int64_t row_stride, std::int64_t rows,
                                        const Rows& values, std::int64_t num_keys, std::int64_t dv,
                                        float* out, std::int64_t out_stride) {
     if (values_finite(values, num_keys, dv)) return false;
-    accumulate_skipping_zero_weights(p, row_stride, rows, values, num_keys, dv, out, out_stride);
+    accumulate_skipping_zero_weights<kPairOrder>(p, row_stride, rows, values, num_keys, dv, out,
+                                                 out_stride);
     return true;
   }
 
@@ -275,14 +285,24 @@ struct ValueTiles {
   static constexpr int kInPlaceTileVectors = in_place_tile_vectors();
   // Whether V can be read in place: a compile-time dv that is whole vectors.
   static constexpr bool kInPlace = kInPlaceTileVectors > 0;
+  // Whether bf16 V rows read in place (or widened once: widen_pairs) are read a pair of vectors at
+  // a time (Simd::load_pairs: a shift and a mask per vector, where widening takes two operations),
+  // leaving a decode unit's output rows in pair order until it ends (from_pair_order).
+  static constexpr bool kValuePairs = std::is_same_v<VT, bf16> && !kStorage && kInPlace &&
+                                      kInPlaceTileVectors % 2 == 0 && kDv % (2 * L) == 0;
 
   // acc[r] += p[r] v for one key's weights p and V row v.
   template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_key(V (&acc)[RB][CV], const float* p,
                                                          const VT* v) {
     V x[CV];
-    GATED_ATTENTION_UNROLL
-    for (int c = 0; c < CV; ++c) x[c] = load_row_vector(v + c * L);
+    if constexpr (kValuePairs && CV % 2 == 0) {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; c += 2) S::load_pairs(v + c * L, x[c], x[c + 1]);
+    } else {
+      GATED_ATTENTION_UNROLL
+      for (int c = 0; c < CV; ++c) x[c] = load_row_vector(v + c * L);
+    }
     GATED_ATTENTION_UNROLL
     for (int r = 0; r < RB; ++r) {
       const V pb = S::set1(p[r]);
