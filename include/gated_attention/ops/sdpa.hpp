@@ -208,13 +208,13 @@ Status with_sdpa_context(const SdpaArgs<T, KT, VT>& args, Workspace workspace, i
 
 template <class T, class KT, class VT>
 Status run(const SdpaArgs<T, KT, VT>& args, Workspace workspace, const Executor& executor = {}) {
-  return detail::with_sdpa_context(args, workspace, executor.num_workers,
-                                   [&](auto& ctx, const auto& plan, const auto& fns) {
-                                     executor.run(plan.tasks(), fns.task, &ctx);
-                                     if (plan.num_phases() > 1 && !ctx.bad_row_scales.load())
-                                       executor.run(plan.split_units(), fns.merge, &ctx);
-                                     return Status::ok();
-                                   });
+  return detail::with_sdpa_context(
+      args, workspace, executor.num_workers, [&](auto& ctx, const auto& plan, const auto& fns) {
+        executor.run(plan.tasks(), fns.task, &ctx);
+        if (plan.num_phases() > 1 && !ctx.bad_row_scales.load(std::memory_order_relaxed))
+          executor.run(plan.split_units(), fns.merge, &ctx);
+        return Status::ok();
+      });
 }
 
 // Worker ith of nth runs its share of `phase`. Every worker passes the same workspace.

@@ -116,27 +116,27 @@ GATED_ATTENTION_ALWAYS_INLINE void store_row_part(E* p, Simd::V v, int count) {
 // Pair order (Simd::load_pairs reads bf16 rows so): each whole chunk of 2 kLanes floats of a row
 // holds its even elements, then its odd ones; a shorter tail stays in order. to_pair_order puts
 // the first `whole` (a multiple of 2 kLanes) floats of a row in it, from_pair_order back.
-inline void to_pair_order(float* row, std::int64_t whole) {
+template <bool kToPairs>
+void reorder_pairs(float* row, std::int64_t whole) {
   constexpr int L = Simd::kLanes;
   float chunk[2 * L];
   for (std::int64_t d = 0; d < whole; d += 2 * L) {
-    for (int i = 0; i < L; ++i) {
-      chunk[i] = row[d + 2 * i];
-      chunk[L + i] = row[d + 2 * i + 1];
+    for (int j = 0; j < 2 * L; ++j) {
+      const int natural = 2 * (j % L) + j / L;  // the element at pair slot j
+      if constexpr (kToPairs) {
+        chunk[j] = row[d + natural];
+      } else {
+        chunk[natural] = row[d + j];
+      }
     }
     std::copy(chunk, chunk + 2 * L, row + d);
   }
 }
+inline void to_pair_order(float* row, std::int64_t whole) {
+  reorder_pairs<true>(row, whole);
+}
 inline void from_pair_order(float* row, std::int64_t whole) {
-  constexpr int L = Simd::kLanes;
-  float chunk[2 * L];
-  for (std::int64_t d = 0; d < whole; d += 2 * L) {
-    for (int i = 0; i < L; ++i) {
-      chunk[2 * i] = row[d + i];
-      chunk[2 * i + 1] = row[d + L + i];
-    }
-    std::copy(chunk, chunk + 2 * L, row + d);
-  }
+  reorder_pairs<false>(row, whole);
 }
 
 // A bf16 row of d elements (a multiple of 2 kLanes) widened to f32 into out[0, d), in pair order.

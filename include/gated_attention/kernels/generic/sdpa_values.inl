@@ -287,16 +287,18 @@ struct ValueTiles {
   static constexpr bool kInPlace = kInPlaceTileVectors > 0;
   // Whether bf16 V rows read in place (or widened once: widen_pairs) are read a pair of vectors at
   // a time (Simd::load_pairs: a shift and a mask per vector, where widening takes two operations),
-  // leaving a decode unit's output rows in pair order until it ends (from_pair_order).
-  static constexpr bool kValuePairs = std::is_same_v<VT, bf16> && !kStorage && kInPlace &&
-                                      kInPlaceTileVectors % 2 == 0 && kDv % (2 * L) == 0;
+  // leaving a decode unit's output rows in pair order until it ends (from_pair_order). An even
+  // tile width makes dv whole pairs of vectors.
+  static constexpr bool kValuePairs =
+      std::is_same_v<VT, bf16> && !kStorage && kInPlace && kInPlaceTileVectors % 2 == 0;
 
   // acc[r] += p[r] v for one key's weights p and V row v.
   template <int RB, int CV>
   GATED_ATTENTION_ALWAYS_INLINE static void in_place_key(V (&acc)[RB][CV], const float* p,
                                                          const VT* v) {
+    static_assert(!kValuePairs || CV % 2 == 0, "pairs of vectors");
     V x[CV];
-    if constexpr (kValuePairs && CV % 2 == 0) {
+    if constexpr (kValuePairs) {
       GATED_ATTENTION_UNROLL
       for (int c = 0; c < CV; c += 2) S::load_pairs(v + c * L, x[c], x[c + 1]);
     } else {
